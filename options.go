@@ -1,0 +1,126 @@
+package workerpool
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultIdleTimeout is how long a worker above the minimum may stay idle
+// before it exits, unless [WithIdleTimeout] says otherwise.
+const DefaultIdleTimeout = 2 * time.Second
+
+// An Option configures a [Pool] at construction; pass options to [New].
+type Option func(*config)
+
+// Overflow says what submitting does when the waiting queue is bounded
+// (see [WithMaxWaiting]) and full. It never applies to an unbounded queue.
+type Overflow int
+
+const (
+	// Block makes Submit wait until the queue has room: backpressure.
+	// This is the default.
+	Block Overflow = iota
+	// Reject makes Submit return [ErrQueueFull] at once.
+	Reject
+	// CallerRuns makes Submit run the task in the calling goroutine, which
+	// slows the submitter down to the pool's pace without losing the task.
+	CallerRuns
+)
+
+// String returns "block", "reject" or "caller-runs".
+func (o Overflow) String() string {
+	switch o {
+	case Block:
+		return "block"
+	case Reject:
+		return "reject"
+	case CallerRuns:
+		return "caller-runs"
+	}
+	return fmt.Sprintf("Overflow(%d)", int(o))
+}
+
+// WithIdleTimeout sets how long a worker may stay idle before it exits; the
+// pool never reaps below its minimum (see [WithMinWorkers]). A worker exits
+// between one and two timeouts after it went idle. 0 uses
+// [DefaultIdleTimeout]; a negative value never reaps.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *config) { c.idleTimeout = d }
+}
+
+// WithMinWorkers sets how many workers the pool starts in [New] and keeps
+// through idle periods. n must be between 0 (the default) and the pool's
+// maximum.
+func WithMinWorkers(n int) Option {
+	return func(c *config) { c.minWorkers = n }
+}
+
+// WithMaxWaiting bounds the waiting queue: at most n tasks wait for a
+// worker, and a submission beyond that is handled as [WithOverflow] says.
+// 0, the default, means unbounded; n must not be negative.
+func WithMaxWaiting(n int) Option {
+	return func(c *config) { c.maxWaiting = n }
+}
+
+// WithOverflow sets what [Pool.Submit], [Pool.SubmitCtx] and
+// [Pool.SubmitWait] do when the bounded queue is full. The default is
+// [Block]. [Pool.TrySubmit] always rejects instead.
+func WithOverflow(o Overflow) Option {
+	return func(c *config) { c.overflow = o }
+}
+
+// WithPanicHandler sets the function called, on the goroutine that ran the task,
+// with every panic of a task that has no waiting caller ([Pool.SubmitWait]
+// returns its task's panic instead). The pool keeps its full capacity either
+// way. The default logs the panic and its stack with [slog.Error]; nil
+// restores the default.
+func WithPanicHandler(h func(*PanicError)) Option {
+	return func(c *config) { c.panicHandler = h }
+}
+
+// config is the pool's configuration after options were applied.
+type config struct {
+	maxWorkers   int
+	minWorkers   int
+	maxWaiting   int // 0: unbounded
+	idleTimeout  time.Duration
+	overflow     Overflow
+	panicHandler func(*PanicError)
+}
+
+// newConfig applies opts and panics, as New documents, on a configuration
+// no pool can have.
+func newConfig(maxWorkers int, opts []Option) config {
+	if maxWorkers < 1 {
+		panic(fmt.Sprintf("workerpool: maxWorkers must be at least 1, got %d", maxWorkers))
+	}
+	c := config{maxWorkers: maxWorkers}
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("workerpool: option %d is nil", i))
+		}
+		opt(&c)
+	}
+	if c.minWorkers < 0 || c.minWorkers > maxWorkers {
+		panic(fmt.Sprintf("workerpool: WithMinWorkers(%d) is outside 0..maxWorkers (%d)", c.minWorkers, maxWorkers))
+	}
+	if c.maxWaiting < 0 {
+		panic(fmt.Sprintf("workerpool: WithMaxWaiting(%d) is negative", c.maxWaiting))
+	}
+	if c.overflow < Block || c.overflow > CallerRuns {
+		panic(fmt.Sprintf("workerpool: WithOverflow(%d) is not Block, Reject or CallerRuns", int(c.overflow)))
+	}
+	if c.idleTimeout == 0 {
+		c.idleTimeout = DefaultIdleTimeout
+	}
+	if c.panicHandler == nil {
+		c.panicHandler = logPanic
+	}
+	return c
+}
+
+// logPanic is the default panic handler.
+func logPanic(pe *PanicError) {
+	slog.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))
+}

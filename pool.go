@@ -1,0 +1,334 @@
+// Package workerpool runs func() tasks on a bounded, self-sizing set of
+// worker goroutines.
+//
+// A [Pool] starts workers as tasks arrive, up to a maximum, queues the tasks
+// that find every worker busy, and stops workers that stay idle. Tasks start
+// in the order they were submitted.
+//
+//	p := workerpool.New(8)
+//	for _, job := range jobs {
+//		p.Submit(func() { process(job) })
+//	}
+//	p.StopWait() // run everything submitted, then release the workers
+//
+// # Design
+//
+// One dispatcher goroutine owns the pool's structure: the waiting queue, the
+// workers and the idle ones among them. Submitters hand it tasks over an
+// unbuffered channel, so a task is accepted exactly when the dispatcher takes
+// it. The dispatcher gives a task to an idle worker if there is one, else
+// starts a worker if fewer than the maximum exist, else appends the task to
+// the waiting queue, from which workers take tasks in FIFO order as they come
+// free. A worker idle for the idle timeout exits, between one and two
+// timeouts after it went idle, and the pool never shrinks below its minimum.
+//
+// The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
+// [WithOverflow] chooses what a submission to a full queue does: wait
+// ([Block], the default), fail with [ErrQueueFull] ([Reject]) or run in the
+// caller ([CallerRuns]).
+//
+// # Shutdown
+//
+// A pool must be stopped to release its goroutines. [Pool.StopWait] runs
+// everything already submitted and waits; [Pool.Stop] lets running tasks
+// finish, drops the queue and returns the dropped tasks; [Pool.Shutdown] is
+// StopWait with a deadline, after which it acts as Stop. All three are safe
+// to call more than once and concurrently with each other and with
+// submissions; Stop during a StopWait makes both return early. Once any of
+// them has been called, every submission fails with [ErrStopped], and a
+// [Pool.SubmitWait] whose task was dropped returns ErrStopped. When they
+// return, every goroutine the pool started has exited.
+//
+// Calling StopWait, Shutdown or SubmitWait from inside a task of the same
+// pool can deadlock: the task waits for the pool, and the pool for the task.
+//
+// # Panics
+//
+// A task that panics does not take its worker down: the pool recovers the
+// panic as a [*PanicError] with the stack, and either returns it from
+// SubmitWait or passes it to the panic handler (see [WithPanicHandler]),
+// which by default logs it. A task that calls [runtime.Goexit] likewise
+// costs no capacity. The pool itself panics only on a programming error: an
+// impossible configuration in [New], or a [Pool.Resize] to an impossible
+// size.
+package workerpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Errors returned by the pool. Each says why a task was not accepted.
+var (
+	// ErrStopped is returned by every submission to a pool on which Stop,
+	// StopWait or Shutdown has been called, and by SubmitWait when Stop
+	// dropped its task before it started.
+	ErrStopped = errors.New("workerpool: pool is stopped")
+	// ErrQueueFull is returned when the bounded waiting queue is full and
+	// the submission does not wait: by TrySubmit, or by any submission
+	// under the Reject overflow policy.
+	ErrQueueFull = errors.New("workerpool: waiting queue is full")
+	// ErrNilTask is returned when the task is a nil func.
+	ErrNilTask = errors.New("workerpool: task is nil")
+)
+
+// A Pool runs submitted tasks on at most a maximum number of worker
+// goroutines. Create one with [New]; its methods are safe for concurrent use.
+// A Pool must be stopped with [Pool.Stop], [Pool.StopWait] or
+// [Pool.Shutdown] to release its goroutines.
+type Pool struct {
+	cfg config // fixed at New
+
+	// tasks carries submissions to the dispatcher. It is unbuffered so that
+	// a task is accepted exactly when the dispatcher takes it, and the
+	// dispatcher receives only while it can place the task.
+	tasks chan job
+	// reject is sent on by the dispatcher, only while the bounded queue is
+	// full, to tell submitters that do not wait to give up.
+	reject chan struct{}
+	// ready carries workers that finished a task back to the dispatcher.
+	ready chan *worker
+	// control carries Pause and Resize requests to the dispatcher.
+	control chan control
+
+	// stopping is closed (once, by stopOnce) when any of Stop, StopWait or
+	// Shutdown is first called: submissions fail from then on. abandon is
+	// closed by Stop, before stopping, to drop the queue. done is closed by
+	// the dispatcher as its last act, after every worker has exited.
+	stopping, abandon, done chan struct{}
+	stopOnce, abandonOnce   sync.Once
+
+	// wg counts worker goroutines; the dispatcher waits for it before done.
+	wg sync.WaitGroup
+
+	// abandoned holds the tasks Stop dropped. The dispatcher writes it
+	// before closing done; the Stop call that wins taken reads it after.
+	abandoned []func()
+	taken     atomic.Bool
+
+	stats stats
+}
+
+// New returns a pool that runs tasks on at most maxWorkers goroutines,
+// configured by opts, with its MinWorkers workers already started.
+//
+// New panics with a "workerpool: " message if the configuration is
+// impossible: maxWorkers < 1, a nil option, WithMinWorkers outside
+// 0..maxWorkers, a negative WithMaxWaiting or an unknown Overflow.
+func New(maxWorkers int, opts ...Option) *Pool {
+	p := &Pool{
+		cfg:      newConfig(maxWorkers, opts),
+		tasks:    make(chan job),
+		reject:   make(chan struct{}),
+		ready:    make(chan *worker),
+		control:  make(chan control),
+		stopping: make(chan struct{}),
+		abandon:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	p.stats.maxWorkers.Store(int64(maxWorkers))
+	d := &dispatcher{p: p, max: maxWorkers}
+	for range p.cfg.minWorkers {
+		d.idle.PushBack(d.spawn())
+	}
+	go d.run()
+	return p
+}
+
+// Submit queues task to run on a worker and returns without waiting for it.
+// Tasks start in the order they were submitted.
+//
+// If the waiting queue is bounded and full, Submit waits for room, returns
+// [ErrQueueFull] or runs task itself, as [WithOverflow] says. It returns
+// [ErrNilTask] for a nil task and [ErrStopped] once the pool is stopping.
+// Submitting a prepared func allocates nothing.
+func (p *Pool) Submit(task func()) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	return p.submit(nil, job{fn: task}, p.cfg.overflow)
+}
+
+// SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
+// done before the pool accepts the task: at once if it is already done, or
+// while Submit waits for room in a bounded queue. Once accepted, the task
+// runs whatever becomes of ctx.
+func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return p.submit(ctx, job{fn: task}, p.cfg.overflow)
+}
+
+// TrySubmit is [Pool.Submit] that never waits for room, whatever the
+// overflow policy: if the bounded waiting queue is full it returns
+// [ErrQueueFull]. With an unbounded queue it behaves as Submit.
+func (p *Pool) TrySubmit(task func()) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	return p.submit(nil, job{fn: task}, Reject)
+}
+
+// SubmitWait submits task as [Pool.Submit] does and waits for it to finish.
+// It returns nil once the task returned (or called [runtime.Goexit]), a
+// [*PanicError] if it panicked, and [ErrStopped] if the pool was stopping
+// before the task was accepted or [Pool.Stop] dropped it before it started.
+// Everything the task did happens before SubmitWait returns.
+//
+// Calling SubmitWait from inside a task of the same pool can deadlock.
+func (p *Pool) SubmitWait(task func()) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	w := &waiter{fn: task, done: make(chan struct{})}
+	if err := p.submit(nil, job{w: w}, p.cfg.overflow); err != nil {
+		return err
+	}
+	<-w.done
+	return w.err
+}
+
+// submit hands t to the dispatcher. A Block submitter waits while the
+// bounded queue is full; the others give up when the dispatcher answers on
+// reject. ctx may be nil.
+func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
+	var reject <-chan struct{}
+	if overflow != Block {
+		reject = p.reject
+	}
+	var cancel <-chan struct{}
+	if ctx != nil {
+		cancel = ctx.Done()
+	}
+	select {
+	case p.tasks <- t:
+		// Accepted: it will run, or Stop returns it or tells its waiter.
+		return nil
+	case <-reject:
+		// The bounded queue is full and this submitter does not wait.
+		if overflow == CallerRuns {
+			p.stats.submitted.Add(1)
+			p.run(t)
+			return nil
+		}
+		p.stats.rejected.Add(1)
+		return ErrQueueFull
+	case <-p.stopping:
+		// No submission is accepted once stopping is closed: the
+		// dispatcher stops receiving when it sees the close.
+		return ErrStopped
+	case <-cancel:
+		// Gave up waiting for room.
+		return ctx.Err()
+	}
+}
+
+// Stop stops the pool now: it accepts no more tasks, lets running tasks
+// finish, and drops the tasks still waiting. It returns once every goroutine
+// the pool started has exited.
+//
+// The first call returns the dropped fire-and-forget tasks in submission
+// order, so the caller can run them elsewhere or save them; later and
+// concurrent calls return nil. Dropped [Pool.SubmitWait] tasks are not
+// returned: their callers get [ErrStopped]. Stop during a [Pool.StopWait]
+// or [Pool.Shutdown] drops what they had left to run, and they return too.
+func (p *Pool) Stop() []func() {
+	// abandon before stopping: the dispatcher must see the abandon by the
+	// time it sees stopping, or it would start draining the queue.
+	p.abandonOnce.Do(func() { close(p.abandon) })
+	p.stopOnce.Do(func() { close(p.stopping) })
+	<-p.done
+	if !p.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	tasks := p.abandoned
+	p.abandoned = nil
+	return tasks
+}
+
+// StopWait stops the pool gracefully: it accepts no more tasks, runs every
+// task already accepted, and returns once every goroutine the pool started
+// has exited. A [Pool.Stop] meanwhile makes it return early, with the rest
+// of the queue dropped.
+func (p *Pool) StopWait() {
+	p.stopOnce.Do(func() { close(p.stopping) })
+	<-p.done
+}
+
+// Shutdown is [Pool.StopWait] bounded by ctx. If every accepted task has run
+// before ctx is done, it returns nil, nil. Otherwise, when ctx is done, it
+// acts as [Pool.Stop]: running tasks finish (Shutdown waits for them), the
+// rest are dropped, and it returns the dropped fire-and-forget tasks and
+// ctx.Err().
+func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
+	p.stopOnce.Do(func() { close(p.stopping) })
+	select {
+	case <-p.done:
+		return nil, nil
+	case <-ctx.Done():
+		return p.Stop(), ctx.Err()
+	}
+}
+
+// Pause stops handing out tasks until ctx is done, and returns once every
+// task handed out before it has finished (or ctx is done first). Tasks
+// submitted meanwhile wait in the queue; a bounded queue fills up as usual.
+//
+// A second Pause waits until the first ends, then pauses in turn. Stop,
+// StopWait and Shutdown end every pause; Pause on a stopping pool returns
+// at once. A ctx that is never done pauses the pool until it is stopped.
+func (p *Pool) Pause(ctx context.Context) {
+	c := control{pause: ctx, done: make(chan struct{})}
+	select {
+	case p.control <- c:
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
+	case <-p.stopping:
+	case <-ctx.Done():
+	}
+}
+
+// Resize sets the maximum number of workers to n and returns once the pool
+// applies it. Raising it starts workers for waiting tasks; lowering it makes
+// idle workers above n exit at once and busy ones as their task ends. After
+// the pool stopped, Resize does nothing.
+//
+// Resize panics if n < 1 or n is below the pool's MinWorkers.
+func (p *Pool) Resize(n int) {
+	if n < 1 || n < p.cfg.minWorkers {
+		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
+	}
+	c := control{resize: n, done: make(chan struct{})}
+	select {
+	case p.control <- c:
+		<-c.done
+	case <-p.done:
+	}
+}
+
+// Size returns the current maximum number of workers.
+func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
+
+// WaitingQueueSize returns the number of tasks waiting for a worker.
+func (p *Pool) WaitingQueueSize() int { return int(p.stats.waiting.Load()) }
+
+// Stopped reports whether Stop, StopWait or Shutdown has been called, after
+// which the pool accepts no tasks. The pool may still be finishing tasks;
+// [Pool.Status] tells whether it has.
+func (p *Pool) Stopped() bool {
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
