@@ -1,0 +1,359 @@
+package workerpool
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// full returns a pool of one worker whose queue of one is full.
+func full(t *testing.T, opts ...Option) (p *Pool, release func()) {
+	t.Helper()
+	p = New(1, append([]Option{WithMaxWaiting(1)}, opts...)...)
+	release = occupy(t, p, 2)
+	synctest.Wait()
+	require.Equal(t, 1, p.WaitingQueueSize())
+	return p, release
+}
+
+func TestBlockOverflowWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, release := full(t) // Block is the default
+		ran := make(chan struct{})
+		errs := make(chan error, 1)
+		go func() { errs <- p.Submit(func() { close(ran) }) }()
+		synctest.Wait()
+		assert.Empty(t, errs, "Submit waits while the queue is full")
+		assert.Equal(t, 1, p.WaitingQueueSize(), "the bound holds")
+
+		release()
+		assert.NoError(t, <-errs)
+		<-ran
+		p.StopWait()
+		assert.Equal(t, 1, p.Status().PeakWaiting)
+		assert.Zero(t, p.Status().Rejected)
+	})
+}
+
+func TestRejectOverflowReturnsErrQueueFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, release := full(t, WithOverflow(Reject))
+		task := func() { t.Error("a rejected task ran") }
+		assert.ErrorIs(t, p.Submit(task), ErrQueueFull)
+		assert.ErrorIs(t, p.SubmitWait(task), ErrQueueFull)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		assert.ErrorIs(t, p.SubmitCtx(ctx, task), ErrQueueFull)
+		s := p.Status()
+		assert.Equal(t, uint64(3), s.Rejected)
+		assert.Equal(t, uint64(2), s.Submitted, "rejected tasks are not counted as submitted")
+		release()
+		p.StopWait()
+		balanced(t, p.Status())
+	})
+}
+
+func TestCallerRunsOverflowRunsTheTaskInTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, release := full(t, WithOverflow(CallerRuns), WithPanicHandler(func(*PanicError) {}))
+		ran := false
+		require.NoError(t, p.Submit(func() { ran = true }))
+		assert.True(t, ran, "the task ran before Submit returned")
+
+		err := p.SubmitWait(func() { panic("boom") })
+		assert.ErrorAs(t, err, new(*PanicError), "SubmitWait reports a caller-run panic")
+
+		s := p.Status()
+		assert.Equal(t, uint64(4), s.Submitted, "caller-run tasks are accepted")
+		assert.Equal(t, uint64(2), s.Completed)
+		assert.Equal(t, uint64(1), s.Panicked)
+		assert.Zero(t, s.Rejected)
+		release()
+		p.StopWait()
+		balanced(t, p.Status())
+	})
+}
+
+func TestTrySubmitNeverWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, release := full(t) // Block policy: TrySubmit rejects anyway
+		assert.ErrorIs(t, p.TrySubmit(func() {}), ErrQueueFull)
+		release()
+		synctest.Wait()
+		assert.NoError(t, p.TrySubmit(func() {}), "accepted once there is room")
+		p.StopWait()
+
+		u := New(1) // unbounded: always room
+		release = occupy(t, u, 1)
+		assert.NoError(t, u.TrySubmit(func() {}))
+		synctest.Wait()
+		assert.Equal(t, 1, u.WaitingQueueSize())
+		release()
+		u.StopWait()
+	})
+}
+
+func TestSubmitCtxGivesUpWhenCtxIsDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, release := full(t)
+		defer func() { release(); p.StopWait() }()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err := p.SubmitCtx(ctx, func() { t.Error("a task given up on ran") })
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start))
+
+		assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.DeadlineExceeded, "a done ctx fails at once")
+		assert.Equal(t, uint64(2), p.Status().Submitted, "neither was accepted")
+	})
+}
+
+func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
+	p := New(1)
+	defer p.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.Canceled)
+	assert.NoError(t, p.SubmitCtx(context.Background(), func() {}))
+}
+
+func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(2)
+		for range 2 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Second) }))
+		}
+		start := time.Now()
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		assert.Equal(t, time.Second, time.Since(start), "Pause returns once running tasks finished")
+		assert.Equal(t, Paused, p.Status().State)
+
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.Submit(func() { ran.Add(1) }))
+		}
+		time.Sleep(time.Hour)
+		assert.Zero(t, ran.Load(), "no task is handed out while paused")
+		assert.Equal(t, 5, p.WaitingQueueSize())
+
+		resume()
+		synctest.Wait()
+		assert.Equal(t, int64(5), ran.Load())
+		assert.Equal(t, Running, p.Status().State)
+		p.StopWait()
+	})
+}
+
+func TestASecondPauseWaitsForTheFirstToEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		ctx1, end1 := context.WithCancel(context.Background())
+		p.Pause(ctx1)
+		require.NoError(t, p.Submit(func() {}))
+
+		ctx2, end2 := context.WithCancel(context.Background())
+		second := make(chan struct{})
+		go func() { p.Pause(ctx2); close(second) }()
+		synctest.Wait()
+		select {
+		case <-second:
+			t.Error("the second Pause returned during the first")
+		default:
+		}
+
+		end1()
+		<-second
+		assert.Equal(t, Paused, p.Status().State, "the second pause follows the first")
+		assert.Equal(t, 1, p.WaitingQueueSize(), "with no task handed out in between")
+		end2()
+		synctest.Wait()
+		assert.Zero(t, p.WaitingQueueSize())
+		p.StopWait()
+	})
+}
+
+func TestStopEndsPauses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stop   func(*Pool) []func()
+		ran    int64
+		backed int
+	}{
+		{"StopWait runs the held tasks", func(p *Pool) []func() { p.StopWait(); return nil }, 3, 0},
+		{"Stop returns the held tasks", (*Pool).Stop, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(2)
+				p.Pause(context.Background()) // never ends by itself
+				var ran atomic.Int64
+				for range 3 {
+					require.NoError(t, p.Submit(func() { ran.Add(1) }))
+				}
+				queued := make(chan struct{})
+				go func() { p.Pause(context.Background()); close(queued) }()
+				synctest.Wait()
+
+				assert.Len(t, tc.stop(p), tc.backed)
+				assert.Equal(t, tc.ran, ran.Load())
+				<-queued // a waiting Pause is released too
+				p.Pause(context.Background())
+				assert.Equal(t, Stopped, p.Status().State, "Pause on a stopped pool returns at once")
+			})
+		})
+	}
+}
+
+func TestResizeUpStartsWorkersForWaitingTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		release := occupy(t, p, 5)
+		synctest.Wait()
+		require.Equal(t, 4, p.WaitingQueueSize())
+
+		p.Resize(3)
+		assert.Equal(t, 3, p.Size())
+		s := p.Status()
+		assert.Equal(t, 3, s.Busy)
+		assert.Equal(t, 2, s.Waiting)
+		assert.Equal(t, 3, s.MaxWorkers)
+		release()
+		p.StopWait()
+	})
+}
+
+func TestResizeDownRetiresSurplusWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(4, WithIdleTimeout(-1))
+		release := occupy(t, p, 2)
+		require.NoError(t, p.SubmitWait(func() {})) // starts a third worker, which idles
+		synctest.Wait()
+		require.Equal(t, Status{Workers: 3, Busy: 2, Idle: 1}, pick(p.Status()))
+
+		p.Resize(1)
+		assert.Equal(t, Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()),
+			"idle surplus workers exit at once, busy ones keep running")
+
+		var running, peak atomic.Int64
+		for range 10 {
+			require.NoError(t, p.Submit(func() {
+				peak.Store(max(peak.Load(), running.Add(1)))
+				time.Sleep(time.Millisecond)
+				running.Add(-1)
+			}))
+		}
+		release()
+		synctest.Wait()
+		assert.Equal(t, 1, p.Status().Workers, "busy surplus workers exit when their task ends")
+		p.StopWait()
+		assert.Equal(t, int64(1), peak.Load(), "tasks after the shrink run one at a time")
+	})
+}
+
+func TestResizePanicsOnImpossibleSize(t *testing.T) {
+	p := New(4, WithMinWorkers(2))
+	defer p.Stop()
+	assert.PanicsWithValue(t, "workerpool: Resize(0): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(0) })
+	assert.Panics(t, func() { p.Resize(1) })
+	assert.NotPanics(t, func() { p.Resize(2) })
+}
+
+func TestIdleWorkersExitWithinTwoTimeoutsButNotBelowMinimum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = time.Second
+		p := New(8, WithMinWorkers(2), WithIdleTimeout(timeout))
+		release := occupy(t, p, 8)
+		time.Sleep(timeout / 3)
+		release()
+		synctest.Wait()
+		idleAt := time.Now()
+		require.Equal(t, 8, p.Status().Idle)
+
+		time.Sleep(timeout - 1)
+		assert.Equal(t, 8, p.Status().Workers, "no worker exits before one idle timeout")
+		time.Sleep(time.Until(idleAt.Add(2 * timeout)))
+		synctest.Wait()
+		assert.Equal(t, 2, p.Status().Workers, "idle workers exit within two timeouts, down to MinWorkers")
+		time.Sleep(time.Hour)
+		assert.Equal(t, 2, p.Status().Workers, "MinWorkers are never reaped")
+		p.Stop()
+	})
+}
+
+func TestWorkersInUseAreNotReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(2, WithIdleTimeout(time.Second))
+		release := occupy(t, p, 1)
+		for range 10 { // the second worker never idles a full timeout
+			require.NoError(t, p.SubmitWait(func() {}))
+			time.Sleep(time.Second / 2)
+		}
+		assert.Equal(t, 2, p.Status().Workers)
+		release()
+		p.Stop()
+	})
+}
+
+func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(4, WithIdleTimeout(-1))
+		occupy(t, p, 4)()
+		time.Sleep(24 * time.Hour)
+		assert.Equal(t, 4, p.Status().Workers)
+		p.Stop()
+	})
+}
+
+func TestStatusCountersBalanceAtRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(2, WithMaxWaiting(3), WithOverflow(Reject), WithPanicHandler(func(*PanicError) {}))
+		for range 4 {
+			require.NoError(t, p.SubmitWait(func() {}))
+		}
+		require.NoError(t, p.Submit(func() { panic("boom") }))
+		synctest.Wait()
+		release := occupy(t, p, 5) // 2 busy, 3 waiting
+		assert.ErrorIs(t, p.Submit(func() {}), ErrQueueFull)
+		synctest.Wait()
+
+		s := p.Status()
+		assert.Equal(t, Status{
+			State: Running, MaxWorkers: 2, MinWorkers: 0,
+			Workers: 2, Busy: 2, Idle: 0, Waiting: 3,
+			PeakWorkers: 2, PeakWaiting: 3,
+			Submitted: 10, Completed: 5, Panicked: 1,
+			Rejected: 1, Abandoned: 0,
+		}, s)
+		balanced(t, s)
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		assert.Len(t, <-stopped, 3, "Stop drops the waiting tasks and lets running ones finish")
+		s = p.Status()
+		assert.Equal(t, uint64(3), s.Abandoned)
+		assert.Equal(t, Stopped, s.State)
+		assert.Zero(t, s.Workers)
+		balanced(t, s)
+	})
+}
+
+func TestStringers(t *testing.T) {
+	assert.Equal(t, []string{"running", "paused", "stopping", "stopped", "State(9)"},
+		[]string{Running.String(), Paused.String(), Stopping.String(), Stopped.String(), State(9).String()})
+	assert.Equal(t, []string{"block", "reject", "caller-runs", "Overflow(9)"},
+		[]string{Block.String(), Reject.String(), CallerRuns.String(), Overflow(9).String()})
+}
+
+// pick keeps the worker counts of a Status, for comparing them at once.
+func pick(s Status) Status {
+	return Status{Workers: s.Workers, Busy: s.Busy, Idle: s.Idle}
+}

@@ -1,0 +1,248 @@
+package workerpool
+
+import (
+	"context"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gate returns a task that blocks until open is called.
+func gate() (task func(), open func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return func() { <-ch }, func() { once.Do(func() { close(ch) }) }
+}
+
+// occupy submits n tasks that block until the returned func is called.
+func occupy(t *testing.T, p *Pool, n int) (release func()) {
+	t.Helper()
+	task, open := gate()
+	for range n {
+		require.NoError(t, p.Submit(task))
+	}
+	return open
+}
+
+// balanced asserts the at-rest identity of Status.
+func balanced(t *testing.T, s Status) {
+	t.Helper()
+	assert.Equal(t, s.Submitted, s.Completed+s.Abandoned+uint64(s.Waiting)+uint64(s.Busy),
+		"Submitted == Completed + Abandoned + Waiting + Busy; got %+v", s)
+	assert.Equal(t, s.Workers-s.Busy, s.Idle, "Idle == Workers - Busy")
+}
+
+func TestNewPanicsOnImpossibleConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		max  int
+		opts []Option
+	}{
+		{"zero max", 0, nil},
+		{"negative max", -3, nil},
+		{"nil option", 2, []Option{nil}},
+		{"min above max", 2, []Option{WithMinWorkers(3)}},
+		{"negative min", 2, []Option{WithMinWorkers(-1)}},
+		{"negative queue bound", 2, []Option{WithMaxWaiting(-1)}},
+		{"unknown overflow", 2, []Option{WithOverflow(Overflow(7))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				assert.Regexp(t, `^workerpool: `, msg)
+			}()
+			New(tc.max, tc.opts...)
+			t.Error("New did not panic")
+		})
+	}
+}
+
+func TestNewAcceptsBoundaryConfiguration(t *testing.T) {
+	p := New(3, WithMinWorkers(3), WithMaxWaiting(0), WithIdleTimeout(-1), WithPanicHandler(nil))
+	defer p.Stop()
+	s := p.Status()
+	assert.Equal(t, 3, s.Workers, "MinWorkers workers start in New")
+	assert.Equal(t, 3, s.MinWorkers)
+	assert.Equal(t, 3, s.MaxWorkers)
+	assert.Equal(t, 3, p.Size())
+}
+
+func TestNilTaskIsRejected(t *testing.T) {
+	p := New(1)
+	defer p.Stop()
+	assert.ErrorIs(t, p.Submit(nil), ErrNilTask)
+	assert.ErrorIs(t, p.SubmitCtx(context.Background(), nil), ErrNilTask)
+	assert.ErrorIs(t, p.TrySubmit(nil), ErrNilTask)
+	assert.ErrorIs(t, p.SubmitWait(nil), ErrNilTask)
+	assert.Zero(t, p.Status().Submitted)
+}
+
+func TestEverySubmitMethodFailsAfterStop(t *testing.T) {
+	for _, stop := range []struct {
+		name string
+		stop func(*Pool)
+	}{
+		{"Stop", func(p *Pool) { p.Stop() }},
+		{"StopWait", (*Pool).StopWait},
+		{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
+	} {
+		t.Run(stop.name, func(t *testing.T) {
+			p := New(2, WithMaxWaiting(1), WithOverflow(CallerRuns))
+			stop.stop(p)
+			ran := false
+			task := func() { ran = true }
+			assert.True(t, p.Stopped())
+			assert.ErrorIs(t, p.Submit(task), ErrStopped)
+			assert.ErrorIs(t, p.SubmitCtx(context.Background(), task), ErrStopped)
+			assert.ErrorIs(t, p.TrySubmit(task), ErrStopped)
+			assert.ErrorIs(t, p.SubmitWait(task), ErrStopped)
+			assert.False(t, ran, "no task runs after stop, not even in the caller")
+			assert.Equal(t, Stopped, p.Status().State)
+		})
+	}
+}
+
+func TestTasksStartInSubmissionOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		release := occupy(t, p, 1) // everything below waits in the queue
+		var order []int
+		for i := range 20 {
+			if i%5 == 4 {
+				// A SubmitWait task keeps its place in the queue too.
+				go func() { assert.NoError(t, p.SubmitWait(func() { order = append(order, i) })) }()
+				synctest.Wait() // accepted before the next submission
+				continue
+			}
+			require.NoError(t, p.Submit(func() { order = append(order, i) }))
+		}
+		assert.Equal(t, 20, p.WaitingQueueSize())
+		release()
+		p.StopWait()
+		want := make([]int, 20)
+		for i := range want {
+			want[i] = i
+		}
+		assert.Equal(t, want, order)
+	})
+}
+
+func TestNeverMoreThanMaxTasksRunAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const max = 4
+		p := New(max)
+		var running, peak atomic.Int64
+		for i := range 200 {
+			require.NoError(t, p.Submit(func() {
+				n := running.Add(1)
+				for {
+					old := peak.Load()
+					if n <= old || peak.CompareAndSwap(old, n) {
+						break
+					}
+				}
+				time.Sleep(time.Duration(i%7) * time.Millisecond)
+				running.Add(-1)
+			}))
+		}
+		p.StopWait()
+		assert.Equal(t, int64(max), peak.Load(), "peak concurrency reaches the maximum and no more")
+		assert.Equal(t, max, p.Status().PeakWorkers)
+		assert.Equal(t, uint64(200), p.Status().Completed)
+	})
+}
+
+func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(8)
+		for range 10 {
+			require.NoError(t, p.Submit(func() {}))
+			synctest.Wait() // the worker is back and idle
+		}
+		assert.Equal(t, 1, p.Status().Workers, "sequential tasks reuse the idle worker")
+		p.Stop()
+	})
+}
+
+func TestSubmitWaitReturnsAfterTheTask(t *testing.T) {
+	p := New(2)
+	defer p.Stop()
+	x := 0
+	require.NoError(t, p.SubmitWait(func() { x = 42 }))
+	assert.Equal(t, 42, x, "the task's writes happen before SubmitWait returns") // -race checks it too
+}
+
+func TestSubmitWaitReportsAPanicAsPanicError(t *testing.T) {
+	p := New(1, WithPanicHandler(func(*PanicError) { t.Error("a SubmitWait panic goes to its caller, not the handler") }))
+	defer p.Stop()
+	err := p.SubmitWait(func() { panic(io.EOF) })
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, io.EOF, pe.Value)
+	assert.ErrorIs(t, err, io.EOF, "errors.Is reaches a panicked error value")
+	assert.Contains(t, string(pe.Stack), "TestSubmitWaitReportsAPanicAsPanicError")
+	assert.Equal(t, "workerpool: task panicked: EOF", err.Error())
+
+	err = p.SubmitWait(func() { panic("not an error") })
+	require.ErrorAs(t, err, &pe)
+	assert.Nil(t, pe.Unwrap())
+	assert.Equal(t, uint64(2), p.Status().Panicked)
+}
+
+func TestPanicHandlerGetsFireAndForgetPanics(t *testing.T) {
+	got := make(chan *PanicError, 1)
+	p := New(1, WithPanicHandler(func(pe *PanicError) { got <- pe }))
+	require.NoError(t, p.Submit(func() { panic("boom") }))
+	pe := <-got
+	p.StopWait()
+	assert.Equal(t, "boom", pe.Value)
+	assert.NotEmpty(t, pe.Stack)
+}
+
+func TestPanicsAndGoexitKeepFullCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		task     func()
+		panicked uint64 // of the 51 tasks
+	}{
+		{"panic", func() { panic("boom") }, 51},
+		{"Goexit", runtime.Goexit, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const max = 3
+				p := New(max, WithPanicHandler(func(*PanicError) {}))
+				for range 50 {
+					require.NoError(t, p.Submit(tc.task))
+				}
+				err := p.SubmitWait(tc.task)
+				if tc.panicked > 0 {
+					assert.ErrorAs(t, err, new(*PanicError))
+				} else {
+					assert.NoError(t, err, "a task that calls Goexit counts as returned")
+				}
+				synctest.Wait()
+
+				release := occupy(t, p, max+1)
+				synctest.Wait()
+				s := p.Status()
+				assert.Equal(t, max, s.Workers, "the pool still has all its workers")
+				assert.Equal(t, max, s.Busy, "and all of them run tasks")
+				assert.Equal(t, 1, s.Waiting)
+				release()
+				p.StopWait() // the bubble fails the test if a goroutine is left
+				s = p.Status()
+				assert.Equal(t, uint64(51+max+1), s.Completed)
+				assert.Equal(t, tc.panicked, s.Panicked)
+				balanced(t, s)
+			})
+		})
+	}
+}

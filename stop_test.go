@@ -1,0 +1,302 @@
+package workerpool
+
+import (
+	"bytes"
+	"context"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStopWaitRunsEverythingQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(2)
+		var ran atomic.Int64
+		for range 100 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond); ran.Add(1) }))
+		}
+		p.StopWait()
+		assert.Equal(t, int64(100), ran.Load())
+		s := p.Status()
+		assert.Equal(t, Stopped, s.State)
+		assert.Zero(t, s.Workers)
+		balanced(t, s)
+	})
+}
+
+func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		release := occupy(t, p, 1)
+		var ran []int
+		waitErrs := make(chan error, 2)
+		for i := range 6 {
+			if i == 2 || i == 4 {
+				go func() { waitErrs <- p.SubmitWait(func() { t.Error("dropped SubmitWait task ran") }) }()
+				synctest.Wait()
+				continue
+			}
+			require.NoError(t, p.Submit(func() { ran = append(ran, i) }))
+		}
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while a task was still running")
+		default:
+		}
+		release()
+		tasks := <-stopped
+
+		for range 2 {
+			assert.ErrorIs(t, <-waitErrs, ErrStopped, "a dropped SubmitWait task's caller gets ErrStopped")
+		}
+		assert.Empty(t, ran, "no dropped task ran")
+		require.Len(t, tasks, 4, "fire-and-forget tasks only")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Equal(t, []int{0, 1, 3, 5}, ran, "in submission order")
+		s := p.Status()
+		assert.Equal(t, uint64(6), s.Abandoned)
+		balanced(t, s)
+		assert.Nil(t, p.Stop(), "a later Stop gets nothing")
+	})
+}
+
+func TestStopLetsRunningTasksFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(3)
+		var finished atomic.Int64
+		for range 3 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); finished.Add(1) }))
+		}
+		synctest.Wait()
+		start := time.Now()
+		assert.Empty(t, p.Stop())
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, int64(3), finished.Load())
+	})
+}
+
+func TestStopLeavesNoGoroutine(t *testing.T) {
+	for _, stop := range []struct {
+		name string
+		stop func(*Pool)
+	}{
+		{"Stop", func(p *Pool) { p.Stop() }},
+		{"StopWait", (*Pool).StopWait},
+		{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
+	} {
+		t.Run(stop.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(16, WithMinWorkers(4))
+				for range 1000 {
+					require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond) }))
+				}
+				require.Equal(t, 17, poolGoroutines(t), "the dispatcher and 16 workers")
+				stop.stop(p)
+				// When Stop returns, the pool's goroutines have at most
+				// their deferred returns left; Wait lets them finish.
+				synctest.Wait()
+				assert.Zero(t, poolGoroutines(t))
+			})
+		})
+	}
+}
+
+// poolGoroutines counts the goroutines running the pool's own code.
+func poolGoroutines(t *testing.T) int {
+	var buf bytes.Buffer
+	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&buf, 2))
+	n := 0
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).work") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestStopAndStopWaitAreIdempotentAndConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		release := occupy(t, p, 1)
+		for range 10 {
+			require.NoError(t, p.Submit(func() {}))
+		}
+		var wg sync.WaitGroup
+		var returned atomic.Int64
+		for i := range 30 {
+			wg.Go(func() {
+				switch i % 3 {
+				case 0:
+					returned.Add(int64(len(p.Stop())))
+				case 1:
+					p.StopWait()
+				case 2:
+					tasks, _ := p.Shutdown(context.Background())
+					returned.Add(int64(len(tasks)))
+				}
+			})
+		}
+		synctest.Wait()
+		release()
+		wg.Wait()
+		s := p.Status()
+		assert.Equal(t, int64(s.Abandoned), returned.Load(), "dropped tasks are returned exactly once")
+		assert.Equal(t, uint64(11), s.Completed+s.Abandoned)
+		p.Stop()
+		p.StopWait()
+	})
+}
+
+func TestStopEscalatesAStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		release := occupy(t, p, 1)
+		for range 3 {
+			require.NoError(t, p.Submit(func() { t.Error("a task dropped by Stop ran") }))
+		}
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait()
+		assert.Equal(t, Stopping, p.Status().State)
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		assert.Len(t, <-stopped, 3)
+		<-waited
+	})
+}
+
+func TestShutdownReturnsNilWhenEverythingRanInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tasks, err := p.Shutdown(ctx)
+		assert.NoError(t, err)
+		assert.Nil(t, tasks)
+		assert.Equal(t, int64(5), ran.Load())
+	})
+}
+
+func TestShutdownPastItsDeadlineActsAsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.Submit(func() { time.Sleep(2 * time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		tasks, err := p.Shutdown(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		// At 3s the second task is running: Shutdown waits for it and
+		// returns the three that never started.
+		assert.Equal(t, 4*time.Second, time.Since(start))
+		assert.Equal(t, int64(2), ran.Load())
+		assert.Len(t, tasks, 3)
+		assert.Equal(t, uint64(3), p.Status().Abandoned)
+	})
+}
+
+func TestStopReleasesABlockedSubmitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1, WithMaxWaiting(1)) // Block
+		release := occupy(t, p, 2)     // one running, one waiting: full
+		errs := make(chan error, 2)
+		go func() { errs <- p.Submit(func() {}) }()
+		go func() { errs <- p.SubmitWait(func() {}) }()
+		synctest.Wait()
+		assert.Empty(t, errs, "submitters wait for room")
+
+		go p.Stop()
+		synctest.Wait()
+		assert.ErrorIs(t, <-errs, ErrStopped)
+		assert.ErrorIs(t, <-errs, ErrStopped)
+		release()
+	})
+}
+
+// TestNothingIsLostWhenStopRacesSubmitters runs on the real scheduler so
+// that the race detector sees real interleavings; its assertions hold for
+// every interleaving.
+func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
+	const submitters, each = 16, 300
+	p := New(4, WithMaxWaiting(64))
+	var runs [submitters * each]atomic.Int32
+	var accepted atomic.Uint64 // submissions that returned nil
+	waitStopped := make([]bool, submitters*each)
+	var wg sync.WaitGroup
+	for s := range submitters {
+		wg.Go(func() {
+			for i := range each {
+				id := s*each + i
+				task := func() { runs[id].Add(1) }
+				var err error
+				switch i % 3 {
+				case 0:
+					err = p.Submit(task)
+				case 1:
+					err = p.SubmitWait(task)
+					if err == nil {
+						assert.Equal(t, int32(1), runs[id].Load(), "SubmitWait returned nil before its task ran")
+					}
+					waitStopped[id] = err == ErrStopped
+				case 2:
+					err = p.TrySubmit(task)
+				}
+				switch err {
+				case nil:
+					accepted.Add(1)
+				case ErrStopped, ErrQueueFull:
+				default:
+					t.Errorf("unexpected error %v", err)
+				}
+			}
+		})
+	}
+	for p.Status().Submitted < 1000 {
+		runtime.Gosched() // stop mid-stream; any point is valid
+	}
+	returned := p.Stop()
+	wg.Wait()
+	for _, task := range returned {
+		task()
+	}
+
+	var ran uint64
+	for id := range runs {
+		n := runs[id].Load()
+		require.LessOrEqual(t, n, int32(1), "task %d ran twice", id)
+		if waitStopped[id] {
+			assert.Zero(t, n, "a SubmitWait that got ErrStopped had its task run")
+		}
+		ran += uint64(n)
+	}
+	s := p.Status()
+	droppedWaiters := s.Abandoned - uint64(len(returned))
+	assert.Equal(t, s.Submitted, ran+droppedWaiters,
+		"every accepted task ran, was returned by Stop, or its waiter got ErrStopped")
+	assert.Equal(t, s.Submitted, accepted.Load()+droppedWaiters)
+	balanced(t, s)
+}
