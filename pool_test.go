@@ -31,6 +31,16 @@ func occupy(t *testing.T, p *Pool, n int) (release func()) {
 	return open
 }
 
+// stoppers are the three ways to stop a pool, for promises that hold for each.
+var stoppers = []struct {
+	name string
+	stop func(*Pool)
+}{
+	{"Stop", func(p *Pool) { p.Stop() }},
+	{"StopWait", (*Pool).StopWait},
+	{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
+}
+
 // balanced asserts the at-rest identity of Status.
 func balanced(t *testing.T, s Status) {
 	t.Helper()
@@ -85,14 +95,7 @@ func TestNilTaskIsRejected(t *testing.T) {
 }
 
 func TestEverySubmitMethodFailsAfterStop(t *testing.T) {
-	for _, stop := range []struct {
-		name string
-		stop func(*Pool)
-	}{
-		{"Stop", func(p *Pool) { p.Stop() }},
-		{"StopWait", (*Pool).StopWait},
-		{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
-	} {
+	for _, stop := range stoppers {
 		t.Run(stop.name, func(t *testing.T) {
 			p := New(2, WithMaxWaiting(1), WithOverflow(CallerRuns))
 			stop.stop(p)

@@ -90,14 +90,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 }
 
 func TestStopLeavesNoGoroutine(t *testing.T) {
-	for _, stop := range []struct {
-		name string
-		stop func(*Pool)
-	}{
-		{"Stop", func(p *Pool) { p.Stop() }},
-		{"StopWait", (*Pool).StopWait},
-		{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
-	} {
+	for _, stop := range stoppers {
 		t.Run(stop.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := New(16, WithMinWorkers(4))
