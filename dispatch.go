@@ -60,7 +60,7 @@ type control struct {
 func (d *dispatcher) run() {
 	p := d.p
 	defer close(p.done)
-	stopping, abandon := p.stopping, p.abandon
+	stopReq, drainReq := p.stopReq, p.drainReq
 	for !d.draining || d.queue.Len() > 0 || d.busy > 0 {
 		// Receive a submission only when it can be placed, so that Block
 		// submitters wait in their send while a bounded queue is full.
@@ -99,16 +99,15 @@ func (d *dispatcher) run() {
 		case <-d.tickC:
 			// Reap workers idle since the tick before last.
 			d.reap()
-		case <-abandon:
+		case <-stopReq:
 			// Stop, or Shutdown past its deadline: drop the queue first, so
-			// that ending a pause below starts none of it. Stop closes
-			// abandon before stopping, so this is never late.
-			abandon, stopping = nil, nil
+			// that ending a pause in drain starts none of it.
+			stopReq = nil
 			d.abandonQueue()
 			d.drain()
-		case <-stopping:
+		case <-drainReq:
 			// StopWait or Shutdown: run what is queued, accept nothing more.
-			stopping = nil
+			drainReq = nil
 			d.drain()
 		}
 	}
@@ -278,6 +277,7 @@ func (d *dispatcher) drain() {
 		return
 	}
 	d.draining = true
+	close(d.p.stopping) // submitters waiting in submit get ErrStopped now
 	for d.paused {
 		d.endPause() // queued pauses are answered at once now
 	}

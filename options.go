@@ -25,6 +25,8 @@ const (
 	Reject
 	// CallerRuns makes Submit run the task in the calling goroutine, which
 	// slows the submitter down to the pool's pace without losing the task.
+	// Such tasks run outside the workers, so they are not counted against
+	// the pool's maximum.
 	CallerRuns
 )
 

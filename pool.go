@@ -94,20 +94,23 @@ type Pool struct {
 	// control carries Pause and Resize requests to the dispatcher.
 	control chan control
 
-	// stopping is closed (once, by stopOnce) when any of Stop, StopWait or
-	// Shutdown is first called: submissions fail from then on. abandon is
-	// closed by Stop, before stopping, to drop the queue. done is closed by
-	// the dispatcher as its last act, after every worker has exited.
-	stopping, abandon, done chan struct{}
-	stopOnce, abandonOnce   sync.Once
+	// stopReq is closed by the first Stop (the one that wins stopCalled),
+	// drainReq by the first StopWait or Shutdown: one channel per intent,
+	// so that the dispatcher never mistakes a Stop for a StopWait.
+	stopReq, drainReq chan struct{}
+	stopCalled        atomic.Bool
+	drainOnce         sync.Once
+	// stopping is closed by the dispatcher when it takes either request:
+	// from then on it accepts nothing and every submission fails. done is
+	// closed by the dispatcher as its last act, after every worker exited.
+	stopping, done chan struct{}
 
 	// wg counts worker goroutines; the dispatcher waits for it before done.
 	wg sync.WaitGroup
 
 	// abandoned holds the tasks Stop dropped. The dispatcher writes it
-	// before closing done; the Stop call that wins taken reads it after.
+	// before closing done; the Stop call that won stopCalled reads it after.
 	abandoned []func()
-	taken     atomic.Bool
 
 	stats stats
 }
@@ -125,8 +128,9 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		reject:   make(chan struct{}),
 		ready:    make(chan *worker),
 		control:  make(chan control),
+		stopReq:  make(chan struct{}),
+		drainReq: make(chan struct{}),
 		stopping: make(chan struct{}),
-		abandon:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
@@ -221,8 +225,7 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 		p.stats.rejected.Add(1)
 		return ErrQueueFull
 	case <-p.stopping:
-		// No submission is accepted once stopping is closed: the
-		// dispatcher stops receiving when it sees the close.
+		// The dispatcher closed it when it stopped receiving tasks.
 		return ErrStopped
 	case <-cancel:
 		// Gave up waiting for room.
@@ -235,19 +238,17 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 // the pool started has exited.
 //
 // The first call returns the dropped fire-and-forget tasks in submission
-// order, so the caller can run them elsewhere or save them; later and
-// concurrent calls return nil. Dropped [Pool.SubmitWait] tasks are not
+// order, so the caller can run them elsewhere or save them; later calls,
+// and calls concurrent with it, return nil. Dropped [Pool.SubmitWait] tasks are not
 // returned: their callers get [ErrStopped]. Stop during a [Pool.StopWait]
 // or [Pool.Shutdown] drops what they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
-	// abandon before stopping: the dispatcher must see the abandon by the
-	// time it sees stopping, or it would start draining the queue.
-	p.abandonOnce.Do(func() { close(p.abandon) })
-	p.stopOnce.Do(func() { close(p.stopping) })
-	<-p.done
-	if !p.taken.CompareAndSwap(false, true) {
+	if !p.stopCalled.CompareAndSwap(false, true) {
+		<-p.done
 		return nil
 	}
+	close(p.stopReq)
+	<-p.done
 	tasks := p.abandoned
 	p.abandoned = nil
 	return tasks
@@ -258,9 +259,11 @@ func (p *Pool) Stop() []func() {
 // has exited. A [Pool.Stop] meanwhile makes it return early, with the rest
 // of the queue dropped.
 func (p *Pool) StopWait() {
-	p.stopOnce.Do(func() { close(p.stopping) })
+	p.requestDrain()
 	<-p.done
 }
+
+func (p *Pool) requestDrain() { p.drainOnce.Do(func() { close(p.drainReq) }) }
 
 // Shutdown is [Pool.StopWait] bounded by ctx. If every accepted task has run
 // before ctx is done, it returns nil, nil. Otherwise, when ctx is done, it
@@ -268,7 +271,7 @@ func (p *Pool) StopWait() {
 // rest are dropped, and it returns the dropped fire-and-forget tasks and
 // ctx.Err().
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
-	p.stopOnce.Do(func() { close(p.stopping) })
+	p.requestDrain()
 	select {
 	case <-p.done:
 		return nil, nil
@@ -321,14 +324,16 @@ func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 // WaitingQueueSize returns the number of tasks waiting for a worker.
 func (p *Pool) WaitingQueueSize() int { return int(p.stats.waiting.Load()) }
 
-// Stopped reports whether Stop, StopWait or Shutdown has been called, after
-// which the pool accepts no tasks. The pool may still be finishing tasks;
-// [Pool.Status] tells whether it has.
+// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
+// such a call has returned, every submission fails with [ErrStopped]. The
+// pool may still be finishing tasks; [Pool.Status] tells whether it has.
 func (p *Pool) Stopped() bool {
 	select {
+	case <-p.stopReq:
+	case <-p.drainReq:
 	case <-p.stopping:
-		return true
 	default:
 		return false
 	}
+	return true
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // State is the life-cycle stage of a [Pool].
-type State int32
+type State int
 
 const (
 	// Running: the pool accepts tasks and hands them to workers.
@@ -33,7 +33,7 @@ func (s State) String() string {
 	case Stopped:
 		return "stopped"
 	}
-	return fmt.Sprintf("State(%d)", int32(s))
+	return fmt.Sprintf("State(%d)", int(s))
 }
 
 // Status is a snapshot of a pool's state and counters, taken by
