@@ -121,12 +121,17 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
-// poolGoroutines counts the goroutines running the pool's own code.
+// poolGoroutines counts the goroutines of the calling synctest bubble that
+// run the pool's own code. (Pools of earlier tests are outside the bubble.)
 func poolGoroutines(t *testing.T) int {
 	var buf bytes.Buffer
 	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&buf, 2))
 	n := 0
 	for _, g := range strings.Split(buf.String(), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(header, "synctest bubble") {
+			continue
+		}
 		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).work") {
 			n++
 		}
