@@ -3,11 +3,11 @@ package workerpool
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
