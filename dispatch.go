@@ -38,7 +38,8 @@ type dispatcher struct {
 	pauseAck chan struct{}   // closed once busy reaches 0 in the current pause; nil once closed
 	pauses   deque.Deque[control]
 
-	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
+	draining  bool              // Stop, StopWait or Shutdown was called: accept nothing more
+	deadlines []<-chan struct{} // Done channels of Shutdown contexts
 
 	// The reaping clock ticks every idle timeout while some worker above the
 	// minimum exists; a worker idle at two consecutive ticks exits. So it
@@ -48,11 +49,13 @@ type dispatcher struct {
 	tick   uint64           // ticks so far
 }
 
-// A control is a request from Pause or Resize, answered by closing done.
+// A control is a request from Pause, Resize or Shutdown, answered by closing
+// done. Exactly one of the first three fields is set.
 type control struct {
-	resize int             // > 0: set the maximum to this
-	pause  context.Context // non-nil: pause until it is done
-	done   chan struct{}
+	resize   int             // > 0: set the maximum to this
+	pause    context.Context // pause until it is done
+	deadline <-chan struct{} // a Shutdown deadline: start nothing queued once it is closed
+	done     chan struct{}
 }
 
 // run is the dispatcher goroutine. It returns, closing p.done, once the pool
@@ -86,13 +89,8 @@ func (d *dispatcher) run() {
 			// A worker finished a task and is free.
 			d.finished(w)
 		case c := <-p.control:
-			// Pause or Resize.
-			if c.pause != nil {
-				d.pause(c)
-			} else {
-				d.resize(c.resize)
-				close(c.done)
-			}
+			// Pause, Resize, or a Shutdown's deadline.
+			d.handle(c)
 		case <-d.pauseEnd:
 			// The current pause's context is done.
 			d.endPause()
@@ -140,7 +138,7 @@ func (d *dispatcher) finished(w *worker) {
 	switch {
 	case d.workers > d.max:
 		d.retire(w)
-	case d.queue.Len() > 0 && !d.paused:
+	case d.mayStartQueued():
 		d.hand(w, d.pop())
 	default:
 		w.idleSince = d.tick
@@ -155,7 +153,7 @@ func (d *dispatcher) finished(w *worker) {
 // fill hands queued tasks to idle workers, then to new ones up to max. It
 // restores the invariant after a resume, a resize or the start of a drain.
 func (d *dispatcher) fill() {
-	for !d.paused && d.queue.Len() > 0 {
+	for d.mayStartQueued() {
 		switch {
 		case d.idle.Len() > 0:
 			d.hand(d.idle.PopBack(), d.pop())
@@ -165,6 +163,26 @@ func (d *dispatcher) fill() {
 			return
 		}
 	}
+}
+
+// mayStartQueued reports whether a task may leave the queue for a worker
+// now. Once a Shutdown deadline has passed none may: the queue is dropped
+// here, as the Stop that Shutdown is about to call would drop it, because a
+// worker reporting back before that Stop arrives must not start another
+// task that Shutdown would then wait for.
+func (d *dispatcher) mayStartQueued() bool {
+	if d.paused || d.queue.Len() == 0 {
+		return false
+	}
+	for _, deadline := range d.deadlines { // empty unless Shutdown was called
+		select {
+		case <-deadline:
+			d.abandonQueue()
+			return false
+		default:
+		}
+	}
+	return true
 }
 
 // hand gives t to an idle worker; the send never blocks (see worker.jobs).
@@ -233,6 +251,20 @@ func (d *dispatcher) resize(n int) {
 	d.fill()
 }
 
+// handle carries out a control request.
+func (d *dispatcher) handle(c control) {
+	switch {
+	case c.pause != nil:
+		d.pause(c) // answers c.done when the pause takes hold
+		return
+	case c.deadline != nil:
+		d.deadlines = append(d.deadlines, c.deadline)
+	default:
+		d.resize(c.resize)
+	}
+	close(c.done)
+}
+
 // pause starts a pause, or queues it behind the current one. Once draining,
 // a pause request is answered at once: Stop and StopWait end pauses.
 func (d *dispatcher) pause(c control) {
@@ -285,7 +317,9 @@ func (d *dispatcher) drain() {
 }
 
 // abandonQueue empties the queue for Stop: fire-and-forget tasks are kept
-// for Stop to return, in order, and waiting callers get ErrStopped.
+// for Stop to return, in order, and waiting callers get ErrStopped. It may
+// run twice (for a passed Shutdown deadline, then for Stop), but nothing
+// enters the queue once draining, so the second time finds it empty.
 func (d *dispatcher) abandonQueue() {
 	n := d.queue.Len()
 	if n == 0 {

@@ -271,6 +271,16 @@ func (p *Pool) requestDrain() { p.drainOnce.Do(func() { close(p.drainReq) }) }
 // rest are dropped, and it returns the dropped fire-and-forget tasks and
 // ctx.Err().
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
+	if deadline := ctx.Done(); deadline != nil {
+		// Tell the dispatcher first, so that no queued task starts once
+		// ctx is done, however soon the Stop below comes.
+		c := control{deadline: deadline, done: make(chan struct{})}
+		select {
+		case p.control <- c:
+			<-c.done
+		case <-p.done:
+		}
+	}
 	p.requestDrain()
 	select {
 	case <-p.done:

@@ -230,6 +230,25 @@ func TestShutdownPastItsDeadlineActsAsStop(t *testing.T) {
 	})
 }
 
+func TestShutdownStartsNoQueuedTaskAfterItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		// The running task ends exactly at the deadline, racing Shutdown's
+		// Stop; the queued ones must not start.
+		require.NoError(t, p.Submit(func() { <-ctx.Done() }))
+		for range 2 {
+			require.NoError(t, p.Submit(func() { t.Error("a task started after the deadline") }))
+		}
+		start := time.Now()
+		tasks, err := p.Shutdown(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Len(t, tasks, 2)
+		assert.Equal(t, time.Second, time.Since(start))
+	})
+}
+
 func TestStopReleasesABlockedSubmitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := New(1, WithMaxWaiting(1)) // Block
