@@ -191,11 +191,12 @@ func (p *Pool) SubmitWait(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	w := &waiter{fn: task, done: make(chan struct{})}
+	w := &waiter{fn: task}
+	w.done.Add(1)
 	if err := p.submit(nil, job{w: w}, p.cfg.overflow); err != nil {
 		return err
 	}
-	<-w.done
+	w.done.Wait()
 	return w.err
 }
 

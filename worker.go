@@ -3,6 +3,7 @@ package workerpool
 import (
 	"fmt"
 	"runtime/debug"
+	"sync"
 )
 
 // A PanicError is a task's panic, recovered by the pool. [Pool.SubmitWait]
@@ -37,17 +38,18 @@ type job struct {
 }
 
 // A waiter carries a SubmitWait task and its outcome back to the caller.
+// It is one allocation: done is a WaitGroup held by value, not a channel.
 type waiter struct {
 	fn   func()
-	err  error         // nil, or the task's *PanicError, or ErrStopped; written before done is closed
-	done chan struct{} // closed exactly once: after fn ran, or when Stop abandoned it
+	err  error          // nil, or the task's *PanicError, or ErrStopped; written before done.Done
+	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once: after fn ran, or when Stop dropped it
 }
 
-// finish records the outcome and releases the waiting caller. The close
-// makes everything the task wrote happen before SubmitWait returns.
+// finish records the outcome and releases the waiting caller. Done makes
+// everything the task wrote happen before SubmitWait returns.
 func (w *waiter) finish(err error) {
 	w.err = err
-	close(w.done)
+	w.done.Done()
 }
 
 // A worker is the dispatcher's handle on one worker goroutine.
