@@ -42,6 +42,11 @@ func (s State) String() string {
 // (no submission, hand-off or completion in progress) they balance:
 //
 //	Submitted == Completed + Abandoned + Waiting + Busy
+//
+// A snapshot is not a synchronization point. The dispatcher counts a task
+// just after its Submit returns, and a worker stays Busy until it reports
+// back, just after its SubmitWait returns. To wait for tasks, use
+// [Pool.SubmitWait] or [Pool.StopWait].
 type Status struct {
 	// State is the pool's life-cycle stage.
 	State State
