@@ -11,33 +11,50 @@ import (
 
 // The benchmarks submit one prepared func, made once outside the timed loop,
 // so that allocs/op measures the pool and not the caller's closure.
-//
-// Unless a comment says otherwise, the timing covers the b.N submissions and
-// the StopWait that runs them all, so ns/op is the pool's throughput per
-// task, not just the cost of handing a task over; New is not timed.
 
-// BenchmarkSubmit measures fire-and-forget submission from one goroutine at
-// several pool sizes. Workers start on demand during the loop, so their
-// start-up cost (a goroutine, a channel, the idle ticker) is amortized over
-// b.N; at steady state Submit allocates nothing.
+// benchSubmit times b.N Submits of a tiny task to p, from one goroutine or
+// from GOMAXPROCS at once, plus the StopWait that runs them all: ns/op is
+// the pool's throughput per task, not just the cost of a hand-off. New is
+// not timed; submitted, if not nil, runs (timed) after the last Submit.
+// It fails unless every task ran exactly once.
+func benchSubmit(b *testing.B, p *workerpool.Pool, parallel bool, submitted func()) {
+	b.ReportAllocs()
+	var ran atomic.Int64
+	task := func() { ran.Add(1) }
+	submit := func() bool {
+		if err := p.Submit(task); err != nil {
+			b.Error(err)
+			return false
+		}
+		return true
+	}
+	b.ResetTimer()
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() && submit() {
+			}
+		})
+	} else {
+		for i := 0; i < b.N && submit(); i++ {
+		}
+	}
+	if submitted != nil {
+		submitted()
+	}
+	p.StopWait()
+	b.StopTimer()
+	if got := ran.Load(); got != int64(b.N) {
+		b.Fatalf("ran %d tasks, want %d", got, b.N)
+	}
+}
+
+// BenchmarkSubmit measures fire-and-forget submission from one goroutine.
+// Workers start on demand during the loop, so their start-up cost is
+// amortized over b.N; at steady state Submit allocates nothing.
 func BenchmarkSubmit(b *testing.B) {
 	for _, n := range []int{1, 4, 64, 1024} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
-			b.ReportAllocs()
-			var sum atomic.Int64
-			task := func() { sum.Add(1) }
-			p := workerpool.New(n)
-			b.ResetTimer()
-			for range b.N {
-				if err := p.Submit(task); err != nil {
-					b.Fatal(err)
-				}
-			}
-			p.StopWait()
-			b.StopTimer()
-			if got := sum.Load(); got != int64(b.N) {
-				b.Fatalf("ran %d tasks, want %d", got, b.N)
-			}
+			benchSubmit(b, workerpool.New(n), false, nil)
 		})
 	}
 
@@ -46,44 +63,16 @@ func BenchmarkSubmit(b *testing.B) {
 	// by doubling, so its allocations are amortized: O(log b.N) per run,
 	// which rounds to 0 allocs/op, but B/op shows the copying.
 	b.Run("queued/workers=1", func(b *testing.B) {
-		b.ReportAllocs()
-		var sum atomic.Int64
-		task := func() { sum.Add(1) }
 		p := workerpool.New(1)
 		ctx, resume := context.WithCancel(context.Background())
 		p.Pause(ctx)
-		b.ResetTimer()
-		for range b.N {
-			if err := p.Submit(task); err != nil {
-				b.Fatal(err)
-			}
-		}
-		resume()
-		p.StopWait()
-		b.StopTimer()
-		if got := sum.Load(); got != int64(b.N) {
-			b.Fatalf("ran %d tasks, want %d", got, b.N)
-		}
+		benchSubmit(b, p, false, resume)
 	})
 
 	// A bounded queue under load: the submitter is throttled to the
 	// worker's pace (Block) and the queue never grows past 64.
 	b.Run("bounded=64/workers=1", func(b *testing.B) {
-		b.ReportAllocs()
-		var sum atomic.Int64
-		task := func() { sum.Add(1) }
-		p := workerpool.New(1, workerpool.WithMaxWaiting(64))
-		b.ResetTimer()
-		for range b.N {
-			if err := p.Submit(task); err != nil {
-				b.Fatal(err)
-			}
-		}
-		p.StopWait()
-		b.StopTimer()
-		if got := sum.Load(); got != int64(b.N) {
-			b.Fatalf("ran %d tasks, want %d", got, b.N)
-		}
+		benchSubmit(b, workerpool.New(1, workerpool.WithMaxWaiting(64)), false, nil)
 	})
 }
 
@@ -92,63 +81,39 @@ func BenchmarkSubmit(b *testing.B) {
 func BenchmarkSubmitParallel(b *testing.B) {
 	for _, n := range []int{4, 64} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
-			b.ReportAllocs()
-			var sum atomic.Int64
-			task := func() { sum.Add(1) }
-			p := workerpool.New(n)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := p.Submit(task); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			p.StopWait()
-			b.StopTimer()
-			if got := sum.Load(); got != int64(b.N) {
-				b.Fatalf("ran %d tasks, want %d", got, b.N)
-			}
+			benchSubmit(b, workerpool.New(n), true, nil)
 		})
 	}
 }
 
 // BenchmarkSubmitWait measures the round trip of SubmitWait: hand-off, run
-// and the wake-up of the caller. Each call allocates its waiter and the
-// channel that releases the caller.
+// and the wake-up of the caller. Each call allocates its waiter.
 func BenchmarkSubmitWait(b *testing.B) {
-	b.Run("serial/workers=4", func(b *testing.B) {
-		b.ReportAllocs()
-		var sum atomic.Int64
-		task := func() { sum.Add(1) }
-		p := workerpool.New(4)
-		b.ResetTimer()
-		for range b.N {
-			if err := p.SubmitWait(task); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
-		p.StopWait()
-	})
-	b.Run("parallel/workers=4", func(b *testing.B) {
-		b.ReportAllocs()
-		var sum atomic.Int64
-		task := func() { sum.Add(1) }
-		p := workerpool.New(4)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+	for _, parallel := range []bool{false, true} {
+		name := map[bool]string{false: "serial", true: "parallel"}[parallel]
+		b.Run(name+"/workers=4", func(b *testing.B) {
+			b.ReportAllocs()
+			task := func() {}
+			p := workerpool.New(4)
+			defer p.StopWait()
+			submitWait := func() {
 				if err := p.SubmitWait(task); err != nil {
-					b.Error(err)
-					return
+					b.Fatal(err)
 				}
 			}
+			if parallel {
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						submitWait()
+					}
+				})
+				return
+			}
+			for range b.N {
+				submitWait()
+			}
 		})
-		b.StopTimer()
-		p.StopWait()
-	})
+	}
 }
 
 // BenchmarkStartStop measures a pool's whole life without tasks: New, and

@@ -174,6 +174,23 @@ func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
 	})
 }
 
+func TestSubmitOfAPreparedFuncAllocatesNothing(t *testing.T) {
+	for _, n := range []int{1, 64} { // through the queue, and straight to workers
+		p := New(n)
+		task := func() {}
+		allocs := testing.AllocsPerRun(10000, func() { _ = p.Submit(task) })
+		p.StopWait()
+		assert.Zero(t, allocs, "max %d workers", n)
+	}
+}
+
+func TestSubmitWaitAllocatesOneWaiter(t *testing.T) {
+	p := New(4)
+	defer p.Stop()
+	task := func() {}
+	assert.Equal(t, 1.0, testing.AllocsPerRun(10000, func() { _ = p.SubmitWait(task) }))
+}
+
 func TestSubmitWaitReturnsAfterTheTask(t *testing.T) {
 	p := New(2)
 	defer p.Stop()
