@@ -177,6 +177,7 @@ func (d *dispatcher) mayStartQueued() bool {
 	for _, deadline := range d.deadlines { // empty unless Shutdown was called
 		select {
 		case <-deadline:
+			d.p.deadlinePassed = true
 			d.abandonQueue()
 			return false
 		default:

@@ -108,9 +108,11 @@ type Pool struct {
 	// wg counts worker goroutines; the dispatcher waits for it before done.
 	wg sync.WaitGroup
 
-	// abandoned holds the tasks Stop dropped. The dispatcher writes it
-	// before closing done; the Stop call that won stopCalled reads it after.
-	abandoned []func()
+	// abandoned holds the tasks Stop dropped; deadlinePassed says a
+	// Shutdown deadline dropped them before any Stop came. The dispatcher
+	// writes both before closing done; they are read after it.
+	abandoned      []func()
+	deadlinePassed bool
 
 	stats stats
 }
@@ -285,10 +287,15 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	p.requestDrain()
 	select {
 	case <-p.done:
-		return nil, nil
+		// The pool may have finished only because the deadline dropped
+		// the queue, so that both cases were ready: then the dropped
+		// tasks must still be returned.
+		if !p.deadlinePassed || ctx.Err() == nil {
+			return nil, nil
+		}
 	case <-ctx.Done():
-		return p.Stop(), ctx.Err()
 	}
+	return p.Stop(), ctx.Err()
 }
 
 // Pause stops handing out tasks until ctx is done, and returns once every
