@@ -242,9 +242,10 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 //
 // The first call returns the dropped fire-and-forget tasks in submission
 // order, so the caller can run them elsewhere or save them; later calls,
-// and calls concurrent with it, return nil. Dropped [Pool.SubmitWait] tasks are not
-// returned: their callers get [ErrStopped]. Stop during a [Pool.StopWait]
-// or [Pool.Shutdown] drops what they had left to run, and they return too.
+// and calls concurrent with it, return nil. Dropped [Pool.SubmitWait]
+// tasks are not returned: their callers get [ErrStopped]. Stop during a
+// [Pool.StopWait] or [Pool.Shutdown] drops what they had left to run, and
+// they return too.
 func (p *Pool) Stop() []func() {
 	if !p.stopCalled.CompareAndSwap(false, true) {
 		<-p.done
