@@ -76,7 +76,8 @@ func WithOverflow(o Overflow) Option {
 // with every panic of a task that has no waiting caller ([Pool.SubmitWait]
 // returns its task's panic instead). The pool keeps its full capacity either
 // way. The default logs the panic and its stack with [slog.Error]; nil
-// restores the default.
+// restores the default. A panic in h itself is not recovered: it crashes
+// the program, as any unrecovered panic does.
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.panicHandler = h }
 }

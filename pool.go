@@ -35,9 +35,10 @@
 // StopWait with a deadline, after which it acts as Stop. All three are safe
 // to call more than once and concurrently with each other and with
 // submissions; Stop during a StopWait makes both return early. Once any of
-// them has been called, every submission fails with [ErrStopped], and a
-// [Pool.SubmitWait] whose task was dropped returns ErrStopped. When they
-// return, every goroutine the pool started has exited.
+// them has taken effect, at the latest when it returns, every submission
+// fails with [ErrStopped], and a [Pool.SubmitWait] whose task was dropped
+// returns ErrStopped. When they return, every goroutine the pool started
+// has exited.
 //
 // Calling StopWait, Shutdown or SubmitWait from inside a task of the same
 // pool can deadlock: the task waits for the pool, and the pool for the task.
