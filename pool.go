@@ -64,9 +64,9 @@ import (
 
 // Errors returned by the pool. Each says why a task was not accepted.
 var (
-	// ErrStopped is returned by every submission to a pool on which Stop,
-	// StopWait or Shutdown has been called, and by SubmitWait when Stop
-	// dropped its task before it started.
+	// ErrStopped is returned by every submission once Stop, StopWait or
+	// Shutdown has taken effect, and by SubmitWait when Stop dropped its
+	// task before it started.
 	ErrStopped = errors.New("workerpool: pool is stopped")
 	// ErrQueueFull is returned when the bounded waiting queue is full and
 	// the submission does not wait: by TrySubmit, or by any submission

@@ -1,8 +1,10 @@
 package workerpool
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -224,6 +226,16 @@ func TestPanicHandlerGetsFireAndForgetPanics(t *testing.T) {
 	p.StopWait()
 	assert.Equal(t, "boom", pe.Value)
 	assert.NotEmpty(t, pe.Stack)
+}
+
+func TestDefaultPanicHandlerLogsWithSlog(t *testing.T) {
+	var buf bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	p := New(1)
+	require.NoError(t, p.Submit(func() { panic("boom") }))
+	p.StopWait()
+	assert.Contains(t, buf.String(), `msg="workerpool: task panicked" panic=boom stack=`)
 }
 
 func TestPanicsAndGoexitKeepFullCapacity(t *testing.T) {
