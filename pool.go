@@ -274,7 +274,8 @@ func (p *Pool) requestDrain() { p.drainOnce.Do(func() { close(p.drainReq) }) }
 // before ctx is done, it returns nil, nil. Otherwise, when ctx is done, it
 // acts as [Pool.Stop]: running tasks finish (Shutdown waits for them), the
 // rest are dropped, and it returns the dropped fire-and-forget tasks and
-// ctx.Err().
+// ctx.Err(). No queued task starts once ctx is done, even one that a worker
+// finishing at that instant would otherwise take.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	if deadline := ctx.Done(); deadline != nil {
 		// Tell the dispatcher first, so that no queued task starts once
