@@ -128,6 +128,7 @@ func TestTasksStartInSubmissionOrder(t *testing.T) {
 			}
 			require.NoError(t, p.Submit(func() { order = append(order, i) }))
 		}
+		synctest.Wait()
 		assert.Equal(t, 20, p.WaitingQueueSize())
 		release()
 		p.StopWait()

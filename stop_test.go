@@ -110,6 +110,7 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 				for range 1000 {
 					require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond) }))
 				}
+				synctest.Wait() // the last Submit returns before its worker starts
 				require.Equal(t, 17, poolGoroutines(t), "the dispatcher and 16 workers")
 				stop.stop(p)
 				// When Stop returns, the pool's goroutines have at most
