@@ -74,19 +74,6 @@ func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
 	})
 }
 
-// TestStopOnAPausedPoolStartsNoQueuedTask runs on the real scheduler, many
-// times, because the dispatcher may be busy, not waiting, when Stop comes.
-func TestStopOnAPausedPoolStartsNoQueuedTask(t *testing.T) {
-	for range 500 {
-		p := New(4)
-		p.Pause(context.Background())
-		for range 10 {
-			require.NoError(t, p.Submit(func() { t.Error("Stop started a held task") }))
-		}
-		require.Len(t, p.Stop(), 10)
-	}
-}
-
 func TestStopLetsRunningTasksFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := New(3)
