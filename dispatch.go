@@ -23,7 +23,7 @@ type dispatcher struct {
 	// is stored as nil (never a valid task) with its waiter at the back of
 	// waiters, which keeps the common fire-and-forget entry to one word.
 	queue   deque.Deque[func()]
-	waiters deque.Deque[*waiter]
+	waiters deque.Deque[waiter]
 
 	// idle holds the idle workers, most recently idle at the back: new work
 	// goes to the back (warm) worker and reaping takes from the front, so

@@ -194,13 +194,19 @@ func (p *Pool) SubmitWait(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	w := &waiter{fn: task}
+	w := &waitTask{fn: task}
 	w.done.Add(1)
-	if err := p.submit(nil, job{w: w}, p.cfg.overflow); err != nil {
+	if err := p.submitWaiter(nil, w, p.cfg.overflow); err != nil {
 		return err
 	}
 	w.done.Wait()
 	return w.err
+}
+
+// submitWaiter submits w as submit does. If it returns nil, the pool calls
+// w.finish exactly once; if not, never.
+func (p *Pool) submitWaiter(ctx context.Context, w waiter, overflow Overflow) error {
+	return p.submit(ctx, job{w: w}, overflow)
 }
 
 // submit hands t to the dispatcher. A Block submitter waits while the

@@ -30,24 +30,36 @@ func (e *PanicError) Unwrap() error {
 }
 
 // A job is what travels from a submitter through the dispatcher to a
-// worker: a fire-and-forget func, or a waiter for SubmitWait. Exactly one of
-// fn and w is set.
+// worker: a fire-and-forget func, or a waiter. Exactly one of fn and w is
+// set.
 type job struct {
 	fn func()
-	w  *waiter
+	w  waiter
 }
 
-// A waiter carries a SubmitWait task and its outcome back to the caller.
-// It is one allocation: done is a WaitGroup held by value, not a channel.
-type waiter struct {
+// A waiter is a task whose submitter learns what became of it: the task of
+// a SubmitWait, a Future or a Group. The pool calls finish exactly once:
+// after do returned, panicked or called runtime.Goexit (with nil or the
+// *PanicError), or with ErrStopped when Stop dropped the task before it
+// started.
+type waiter interface {
+	do()
+	finish(err error)
+}
+
+// A waitTask is SubmitWait's waiter. It is one allocation: done is a
+// WaitGroup held by value, not a channel.
+type waitTask struct {
 	fn   func()
 	err  error          // nil, or the task's *PanicError, or ErrStopped; written before done.Done
-	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once: after fn ran, or when Stop dropped it
+	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once, in finish
 }
+
+func (w *waitTask) do() { w.fn() }
 
 // finish records the outcome and releases the waiting caller. Done makes
 // everything the task wrote happen before SubmitWait returns.
-func (w *waiter) finish(err error) {
+func (w *waitTask) finish(err error) {
 	w.err = err
 	w.done.Done()
 }
@@ -97,7 +109,7 @@ func (p *Pool) resume(w *worker) {
 func (p *Pool) run(t job) {
 	fn := t.fn
 	if t.w != nil {
-		fn = t.w.fn
+		fn = t.w.do
 	}
 	var pe *PanicError
 	defer func() {
