@@ -1,0 +1,170 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// report returns the Markdown report of table t.
+func report(e env, t table, svgLink string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+
+	p("# Peer comparison\n\n")
+	mode := fmt.Sprintf("full mode, median of %d repetitions", e.reps)
+	if e.quick {
+		mode = "quick mode, one repetition of smaller workloads"
+	}
+	p("`%s` in `benchmarks/`, %s; %s, %s in all.\n\n", e.command, e.date.Format("2006-01-02 15:04 UTC"), mode, e.elapsed.Round(time.Second))
+	p("Machine: %s, %d cores, GOMAXPROCS %d, %s, %s. ", e.cpuModel, e.cores, e.procs, e.platform, e.goVersion)
+	p("A tiny task takes %s and a CPU-bound task %s when run serially.\n\n", duration(e.tinyNs), duration(e.cpuNs))
+	if svgLink != "" {
+		p("![ns per task relative to the best other pool](%s)\n\n", svgLink)
+	}
+
+	p("## Ours against the best other pool\n\n")
+	p("The best other pool is the fastest pool other than ours that honours the worker limit ")
+	p("(unbounded goroutines are shown for reference but do not count). Target: ours ≤ 1.0× the best other, ≤ 1.5× for the tiny-task workloads.\n\n")
+	p("| workload | size | ours ns/task | best other | its ns/task | ours / best other | target | met |\n")
+	p("|---|---|---:|---|---:|---:|---:|:-:|\n")
+	ours := t.index("ours")
+	for _, r := range t.rows {
+		if ours < 0 || r.best < 0 || !r.cells[ours].ok {
+			continue
+		}
+		c, best := r.cells[ours], r.cells[r.best]
+		met := "yes"
+		if c.vsBest > r.w.target() {
+			met = "**no**"
+		}
+		p("| %s | %s | %s | %s | %s | %s | ≤ %.1f× | %s |\n", r.w.title, r.w.label(e.quick), nanos(c.ns),
+			t.peers[r.best].name, nanos(best.ns), ratio(c.vsBest), r.w.target(), met)
+	}
+
+	p("\n## Every pool, per workload\n\n")
+	p("ns/task is the wall time from creating the pool to the end of its teardown, divided by the tasks; ")
+	p("× best other divides it by the best other pool's. Allocations and bytes are runtime.MemStats deltas ")
+	p("over the same span, per task; %s.\n", samplerMethod)
+	for _, r := range t.rows {
+		p("\n### %s: %s\n\n", r.w.title, r.w.label(e.quick))
+		cpu := r.w.kind == cpu
+		if cpu {
+			p("Ideal wall time is the tasks' CPU time, measured by running tasks serially in the same process, ")
+			p("divided by GOMAXPROCS. Target: within 5%% of it.\n\n")
+		}
+		p("| pool | ns/task | × best other | allocs/task | B/task | peak goroutines | peak heap |")
+		if cpu {
+			p(" wall | ideal | × ideal |")
+		}
+		p("\n|---|---:|---:|---:|---:|---:|---:|")
+		if cpu {
+			p("---:|---:|---:|")
+		}
+		p("\n")
+		for i, c := range r.cells {
+			if !c.ok {
+				continue
+			}
+			name := t.peers[i].name
+			if i == ours {
+				name = "**ours**"
+			}
+			p("| %s | %s | %s | %.2f | %.0f | %.0f | %s |", name, nanos(c.ns), ratio(c.vsBest),
+				c.allocs, c.bytes, c.goroutines, bytesize(c.heap))
+			if cpu {
+				p(" %s | %s | %.3f× |", duration(time.Duration(c.wall)), duration(time.Duration(c.ideal)), c.vsIdeal)
+			}
+			p("\n")
+		}
+	}
+
+	p("\n## Pools\n\n")
+	for _, pe := range t.peers {
+		p("- `%s`: %s\n", pe.name, pe.title)
+	}
+	p("\nEvery pool gets the workload's worker limit, except `goroutines`, which starts one goroutine per task. ")
+	p("Submit-and-wait uses `SubmitWait` (ours, gammazero) and `Submit(f).Wait()` (pond); ")
+	p("the others submit a closure that closes a fresh done channel and wait on it. ")
+	p("Each measurement runs in its own process; the pools take turns within each repetition; ")
+	p("every run checks that every task ran exactly once.\n")
+	return b.String()
+}
+
+// index returns the position of the peer called name in t, or -1.
+func (t table) index(name string) int {
+	for i, p := range t.peers {
+		if p.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// relLink returns the link to target from a file written at from.
+func relLink(from, target string) string {
+	af, err1 := filepath.Abs(filepath.Dir(from))
+	at, err2 := filepath.Abs(target)
+	if err1 != nil || err2 != nil {
+		return target
+	}
+	rel, err := filepath.Rel(af, at)
+	if err != nil {
+		return target
+	}
+	return filepath.ToSlash(rel)
+}
+
+// nanos formats a time per task in ns, with a decimal below 100.
+func nanos(ns float64) string {
+	if ns < 100 {
+		return fmt.Sprintf("%.1f", ns)
+	}
+	return fmt.Sprintf("%.0f", ns)
+}
+
+// ratio formats a ratio as "1.23×", or "–" for NaN.
+func ratio(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+// duration formats d with about three significant digits.
+func duration(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return sig3(d.Seconds()) + " s"
+	case d >= time.Millisecond:
+		return sig3(float64(d)/1e6) + " ms"
+	case d >= time.Microsecond:
+		return sig3(float64(d)/1e3) + " µs"
+	}
+	return fmt.Sprintf("%d ns", d.Nanoseconds())
+}
+
+// sig3 formats v, at least 1, with about three significant digits and no
+// exponent.
+func sig3(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// bytesize formats n bytes in KiB, MiB or GiB.
+func bytesize(n float64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", n/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", n/(1<<20))
+	}
+	return fmt.Sprintf("%.0f KiB", n/(1<<10))
+}

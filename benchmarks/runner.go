@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is what the parent process runs.
+type config struct {
+	quick     bool
+	reps      int
+	peers     []peer
+	workloads []workload
+	out, svg  string
+	timeout   time.Duration
+}
+
+// choose sets the peers and workloads from comma-separated lists of names;
+// an empty list means all.
+func (c *config) choose(poolList, workList string) error {
+	c.peers, c.workloads = peers, workloads
+	if poolList != "" {
+		c.peers = nil
+		for _, name := range strings.Split(poolList, ",") {
+			p, err := findPeer(name)
+			if err != nil {
+				return err
+			}
+			c.peers = append(c.peers, p)
+		}
+	}
+	if workList != "" {
+		c.workloads = nil
+		for _, key := range strings.Split(workList, ",") {
+			w, err := findWorkload(key)
+			if err != nil {
+				return err
+			}
+			c.workloads = append(c.workloads, w)
+		}
+	}
+	if c.reps < 1 {
+		return fmt.Errorf("-reps must be at least 1")
+	}
+	return nil
+}
+
+// run calibrates the tasks, runs every measurement in a child process, and
+// writes the report and the chart.
+func run(cfg config, command string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	calibrate()
+	env := describeEnv(command, cfg)
+	env.tinyNs = serialTime(tinyTask, 1_000_000)
+	env.cpuNs = serialTime(cpuTask, 1_000)
+	fmt.Fprintf(os.Stderr, "calibrated: tiny task %v (%d rounds), cpu task %v (%d rounds)\n",
+		env.tinyNs, tinyIters, env.cpuNs, cpuIters)
+
+	started := time.Now()
+	runs := make(map[string][]result) // by cellKey
+	for rep := range cfg.reps {
+		for wi, w := range cfg.workloads {
+			for _, p := range rotate(cfg.peers, rep+wi) {
+				r, err := runOne(self, cfg, p, w)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "rep %d/%d  %-9s %-10s %10.0f ns/task\n",
+					rep+1, cfg.reps, w.key, p.name, float64(r.WallNs)/float64(r.Tasks))
+				k := cellKey(w.key, p.name)
+				runs[k] = append(runs[k], r)
+			}
+		}
+	}
+	env.elapsed = time.Since(started)
+
+	t := summarize(cfg, runs)
+	md := report(env, t, relLink(cfg.out, cfg.svg))
+	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg.svg, []byte(chart(env, t)), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	fmt.Fprintf(os.Stderr, "wrote %s and %s in %v\n", cfg.out, cfg.svg, env.elapsed.Round(time.Second))
+	return nil
+}
+
+// rotate returns ps rotated left by n, so that no pool always runs first.
+func rotate(ps []peer, n int) []peer {
+	n %= len(ps)
+	return append(slices.Clone(ps[n:]), ps[:n]...)
+}
+
+func cellKey(workload, pool string) string { return workload + "/" + pool }
+
+// runOne runs pool p on workload w in a child process and returns its
+// result. A child that fails, for a miscount or anything else, fails the
+// whole run.
+func runOne(self string, cfg config, p peer, w workload) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	args := []string{"-child", "-pool", p.name, "-workload", w.key,
+		"-tiny-iters", strconv.Itoa(tinyIters), "-cpu-iters", strconv.Itoa(cpuIters)}
+	if cfg.quick {
+		args = append(args, "-quick")
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return result{}, fmt.Errorf("%s on %s: %v", p.name, w.key, err)
+	}
+	var r result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return result{}, fmt.Errorf("%s on %s: bad output %q: %v", p.name, w.key, stdout.String(), err)
+	}
+	return r, nil
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// env describes the run and the machine, for the report.
+type env struct {
+	command             string
+	quick               bool
+	reps                int
+	date                time.Time
+	elapsed             time.Duration
+	cpuModel            string
+	cores, procs        int
+	goVersion, platform string
+	tinyNs, cpuNs       time.Duration // one task, run serially in the parent
+}
+
+func describeEnv(command string, cfg config) env {
+	return env{
+		command:   command,
+		quick:     cfg.quick,
+		reps:      cfg.reps,
+		date:      time.Now().UTC(),
+		cpuModel:  cpuModel(),
+		cores:     runtime.NumCPU(),
+		procs:     runtime.GOMAXPROCS(0),
+		goVersion: runtime.Version(),
+		platform:  runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
+// cpuModel returns the CPU's model name from /proc/cpuinfo, or "unknown
+// CPU" where there is none.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for line := range strings.Lines(string(b)) {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				return strings.TrimSpace(strings.TrimLeft(name, " \t:"))
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+// A cell is the median of one pool's runs of one workload. The medians are
+// taken metric by metric.
+type cell struct {
+	ok         bool    // the pool ran this workload
+	ns         float64 // wall time per task
+	allocs     float64 // per task
+	bytes      float64 // per task
+	goroutines float64 // peak
+	heap       float64 // peak bytes
+	wall       float64 // ns
+	ideal      float64 // cpu workload: ideal wall ns
+	vsIdeal    float64 // cpu workload: wall / ideal
+	vsBest     float64 // ns / the best other pool's ns; NaN if there is none
+}
+
+// A row is one workload, with a cell per peer.
+type row struct {
+	w     workload
+	cells []cell // in the order of table.peers
+	best  int    // index of the best other pool, or -1
+}
+
+// A table holds every median of the run.
+type table struct {
+	peers []peer
+	rows  []row
+}
+
+// isOther reports whether p can be the "best other" pool that ours is
+// compared with: any pool but ours that honours the worker limit.
+func isOther(p peer) bool { return p.name != "ours" && p.bounded }
+
+// target returns the issue's limit on ours / best other for w.
+func (w workload) target() float64 {
+	if w.kind == tiny && !w.wait {
+		return 1.5
+	}
+	return 1.0
+}
+
+// summarize reduces the runs of every cell to medians and finds each
+// workload's best other pool.
+func summarize(cfg config, runs map[string][]result) table {
+	t := table{peers: cfg.peers}
+	for _, w := range cfg.workloads {
+		r := row{w: w, best: -1}
+		for i, p := range cfg.peers {
+			c := median(runs[cellKey(w.key, p.name)])
+			r.cells = append(r.cells, c)
+			if c.ok && isOther(p) && (r.best < 0 || c.ns < r.cells[r.best].ns) {
+				r.best = i
+			}
+		}
+		for i := range r.cells {
+			r.cells[i].vsBest = math.NaN()
+			if r.best >= 0 {
+				r.cells[i].vsBest = r.cells[i].ns / r.cells[r.best].ns
+			}
+		}
+		t.rows = append(t.rows, r)
+	}
+	return t
+}
+
+// median returns the cell of the runs rs of one pool on one workload.
+func median(rs []result) cell {
+	if len(rs) == 0 {
+		return cell{}
+	}
+	of := func(f func(r result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	perTask := func(v float64, r result) float64 { return v / float64(r.Tasks) }
+	ideal := func(r result) float64 { return r.TaskNs * float64(r.Tasks) / float64(r.Procs) }
+	return cell{
+		ok:         true,
+		ns:         of(func(r result) float64 { return perTask(float64(r.WallNs), r) }),
+		allocs:     of(func(r result) float64 { return perTask(float64(r.Mallocs), r) }),
+		bytes:      of(func(r result) float64 { return perTask(float64(r.Bytes), r) }),
+		goroutines: of(func(r result) float64 { return float64(r.PeakGoroutines) }),
+		heap:       of(func(r result) float64 { return float64(r.PeakHeap) }),
+		wall:       of(func(r result) float64 { return float64(r.WallNs) }),
+		ideal:      of(ideal),
+		vsIdeal:    of(func(r result) float64 { return float64(r.WallNs) / ideal(r) }),
+	}
+}
