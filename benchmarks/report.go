@@ -20,7 +20,11 @@ func report(e env, t table, svgLink string) string {
 	}
 	p("`%s` in `benchmarks/`, %s; %s, %s in all.\n\n", e.command, e.date.Format("2006-01-02 15:04 UTC"), mode, e.elapsed.Round(time.Second))
 	p("Machine: %s, %d cores, GOMAXPROCS %d, %s, %s. ", e.cpuModel, e.cores, e.procs, e.platform, e.goVersion)
-	p("A tiny task takes %s and a CPU-bound task %s when run serially.\n\n", duration(e.tinyNs), duration(e.cpuNs))
+	p("A tiny task takes %s and a CPU-bound task %s when run serially.", duration(e.tinyNs), duration(e.cpuNs))
+	if e.otherCPU >= 0 {
+		p(" Other processes used %.0f%% of the machine's CPU during the run (/proc/stat less the run's own CPU time).", 100*e.otherCPU)
+	}
+	p("\n\n")
 	if svgLink != "" {
 		p("![ns per task relative to the best other pool](%s)\n\n", svgLink)
 	}

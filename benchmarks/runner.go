@@ -67,7 +67,7 @@ func run(cfg config, command string) error {
 	fmt.Fprintf(os.Stderr, "calibrated: tiny task %v (%d rounds), cpu task %v (%d rounds)\n",
 		env.tinyNs, tinyIters, env.cpuNs, cpuIters)
 
-	started := time.Now()
+	started, meter := time.Now(), startCPUMeter()
 	runs := make(map[string][]result) // by cellKey
 	for rep := range cfg.reps {
 		for wi, w := range cfg.workloads {
@@ -84,6 +84,10 @@ func run(cfg config, command string) error {
 		}
 	}
 	env.elapsed = time.Since(started)
+	env.otherCPU = -1
+	if share, ok := meter.otherShare(env.cores); ok {
+		env.otherCPU = share
+	}
 
 	t := summarize(cfg, runs)
 	md := report(env, t, relLink(cfg.out, cfg.svg))
@@ -95,6 +99,9 @@ func run(cfg config, command string) error {
 	}
 	fmt.Print(md)
 	fmt.Fprintf(os.Stderr, "wrote %s and %s in %v\n", cfg.out, cfg.svg, env.elapsed.Round(time.Second))
+	if env.otherCPU > 0.05 {
+		fmt.Fprintf(os.Stderr, "warning: other processes used %.0f%% of the CPU during the run; the numbers are noisy\n", 100*env.otherCPU)
+	}
 	return nil
 }
 

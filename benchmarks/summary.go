@@ -2,10 +2,8 @@ package main
 
 import (
 	"math"
-	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -20,6 +18,9 @@ type env struct {
 	cores, procs        int
 	goVersion, platform string
 	tinyNs, cpuNs       time.Duration // one task, run serially in the parent
+	// otherCPU is the share of the machine's CPU that other processes
+	// used during the run; negative if unknown.
+	otherCPU float64
 }
 
 func describeEnv(command string, cfg config) env {
@@ -34,20 +35,6 @@ func describeEnv(command string, cfg config) env {
 		goVersion: runtime.Version(),
 		platform:  runtime.GOOS + "/" + runtime.GOARCH,
 	}
-}
-
-// cpuModel returns the CPU's model name from /proc/cpuinfo, or "unknown
-// CPU" where there is none.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err == nil {
-		for line := range strings.Lines(string(b)) {
-			if name, ok := strings.CutPrefix(line, "model name"); ok {
-				return strings.TrimSpace(strings.TrimLeft(name, " \t:"))
-			}
-		}
-	}
-	return "unknown CPU"
 }
 
 // A cell is the median of one pool's runs of one workload. The medians are
