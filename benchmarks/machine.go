@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,4 +84,23 @@ func ownCPU() time.Duration {
 		}
 	}
 	return total
+}
+
+// libraryVersion describes the last commit that changed the library under
+// test (the parent directory, less benchmarks/ and docs/), with "+ local
+// changes" if its tracked files differ from it, or returns "" if git cannot
+// tell.
+func libraryVersion() string {
+	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %cs %s",
+		"--", ".", ":!benchmarks", ":!docs").Output()
+	if err != nil {
+		return ""
+	}
+	v := strings.TrimSpace(string(out))
+	// Only tracked files: a new file elsewhere in the tree is not a change
+	// to the library under test.
+	if exec.Command("git", "-C", "..", "diff", "--quiet", "HEAD", "--", ".", ":!benchmarks", ":!docs").Run() != nil {
+		v += " + local changes"
+	}
+	return v
 }

@@ -19,6 +19,9 @@ func report(e env, t table, svgLink string) string {
 		mode = "quick mode, one repetition of smaller workloads"
 	}
 	p("`%s` in `benchmarks/`, %s; %s, %s in all.\n\n", e.command, e.date.Format("2006-01-02 15:04 UTC"), mode, e.elapsed.Round(time.Second))
+	if e.library != "" {
+		p("Library: %s.\n\n", e.library)
+	}
 	p("Machine: %s, %d cores, GOMAXPROCS %d, %s, %s. ", e.cpuModel, e.cores, e.procs, e.platform, e.goVersion)
 	p("A tiny task takes %s and a CPU-bound task %s when run serially.", duration(e.tinyNs), duration(e.cpuNs))
 	if e.otherCPU >= 0 {

@@ -17,6 +17,7 @@ type env struct {
 	cpuModel            string
 	cores, procs        int
 	goVersion, platform string
+	library             string        // the library's commit; see libraryVersion
 	tinyNs, cpuNs       time.Duration // one task, run serially in the parent
 	// otherCPU is the share of the machine's CPU that other processes
 	// used during the run; negative if unknown.
@@ -34,6 +35,7 @@ func describeEnv(command string, cfg config) env {
 		procs:     runtime.GOMAXPROCS(0),
 		goVersion: runtime.Version(),
 		platform:  runtime.GOOS + "/" + runtime.GOARCH,
+		library:   libraryVersion(),
 	}
 }
 

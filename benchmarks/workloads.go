@@ -149,9 +149,11 @@ func sleepTask() {
 // calibrate sets tinyIters and cpuIters so that a tiny task takes about
 // 100 ns and a cpu task about 40 µs on this machine, by timing spin.
 func calibrate() {
-	const n = 5_000_000
+	// The fastest of many short trials: one that no other process
+	// interrupted.
+	const n = 1_000_000
 	best := time.Duration(1<<63 - 1)
-	for range 5 {
+	for range 20 {
 		start := time.Now()
 		if spin(n, seed) == 0 {
 			sink.Add(1)
