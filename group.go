@@ -127,10 +127,10 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 }
 
 // start submits w, a task of the group whose do and finish account for it
-// with g.skip, g.fail and g.ended. A refusal by the pool is recorded as a
-// skipped task and the group's error, unless try is set: then start returns
-// false and records nothing. Giving up because the group's context is done
-// while waiting for room skips the task.
+// with g.skip, g.fail and g.ended. Giving up because the group's context is
+// done while waiting for room skips the task. A refusal by the pool is
+// recorded as a skipped task and the group's error, unless try is set: then
+// start returns false and records nothing.
 func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
 	g.wg.Add(1)
 	err := g.p.submitWaiter(g.ctx, w, overflow)
@@ -139,15 +139,14 @@ func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
 	}
 	// Record before Done, so that Wait sees it.
 	defer g.wg.Done()
-	switch err {
-	case ErrStopped, ErrQueueFull:
-		if try {
-			return false
-		}
+	switch {
+	case err == g.ctx.Err():
+		g.skip()
+	case try:
+		return false
+	default: // ErrStopped, or ErrQueueFull under Reject
 		g.skipped.Add(1)
 		g.fail(err)
-	default: // ctx.Err(): the group's context is done
-		g.skip()
 	}
 	return true
 }
