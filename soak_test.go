@@ -1,0 +1,260 @@
+package workerpool_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// soakTime is how long each soak case hammers its pool. Four cases run, so
+// the soak takes about four times this, under -race too.
+const soakTime = time.Second
+
+// A soakTask is the record of one submission in the soak test.
+type soakTask struct {
+	method   submitMethod
+	panics   bool
+	runs     atomic.Int32
+	err      error // what the submission returned; written by its submitter
+	goexited bool  // the task's Goexit ended its submitter (CallerRuns)
+	returned int   // times Stop handed it back; counted at the end
+}
+
+// TestSoakEveryTaskRunsOnceUnderRandomControl has many submitters, using
+// every way to submit, hammer one pool with tasks that return, yield, sleep,
+// panic or call runtime.Goexit, while a controller resizes and pauses the
+// pool at random and finally stops it, mid-stream. On the real scheduler and
+// clock, with the race detector in CI, it checks that nothing is lost or run
+// twice, that the counts add up, and that no goroutine is left. The random
+// seed is logged; each case stops the pool in a different way.
+func TestSoakEveryTaskRunsOnceUnderRandomControl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a soak test: it runs for seconds")
+	}
+	for _, tc := range []struct {
+		name string
+		opts []workerpool.Option
+		stop func(*workerpool.Pool) []func()
+	}{
+		{"unbounded/Stop", nil, (*workerpool.Pool).Stop},
+		{"block/StopWait", []workerpool.Option{workerpool.WithMaxWaiting(16)},
+			func(p *workerpool.Pool) []func() { p.StopWait(); return nil }},
+		{"reject/Shutdown", []workerpool.Option{workerpool.WithMaxWaiting(16), workerpool.WithOverflow(workerpool.Reject)},
+			func(p *workerpool.Pool) []func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				defer cancel()
+				tasks, _ := p.Shutdown(ctx)
+				return tasks
+			}},
+		{"caller-runs/Stop", []workerpool.Option{workerpool.WithMaxWaiting(16), workerpool.WithOverflow(workerpool.CallerRuns)},
+			(*workerpool.Pool).Stop},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seed := rand.Uint64()
+			t.Logf("seed %#x", seed)
+			soak(t, seed, tc.opts, tc.stop)
+		})
+	}
+}
+
+func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*workerpool.Pool) []func()) {
+	const submitters, maxSize = 8, 8
+	baseline := runtime.NumGoroutine()
+	var handled atomic.Int64
+	opts = append([]workerpool.Option{
+		workerpool.WithMinWorkers(1),
+		workerpool.WithIdleTimeout(time.Millisecond),
+		workerpool.WithPanicHandler(func(*workerpool.PanicError) { handled.Add(1) }),
+	}, opts...)
+	p := workerpool.New(4, opts...)
+
+	var running, peak atomic.Int64 // tasks running on workers
+	var identifying atomic.Bool
+	task := func(st *soakTask, r *rand.Rand) func() {
+		kind := r.IntN(20)
+		st.panics = kind == 0
+		return func() {
+			if identifying.Load() {
+				st.returned++
+				return
+			}
+			st.runs.Add(1)
+			if onWorker() {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+				}
+			}
+			switch kind {
+			case 0:
+				panic("soak")
+			case 1:
+				runtime.Goexit()
+			case 2, 3:
+				time.Sleep(time.Duration(r.IntN(50)) * time.Microsecond)
+			case 4, 5, 6:
+				runtime.Gosched()
+			}
+		}
+	}
+
+	records := make([][]*soakTask, submitters)
+	var wg sync.WaitGroup
+	for s := range submitters {
+		r := rand.New(rand.NewPCG(seed, uint64(s)))
+		wg.Go(func() {
+			for stopped := false; !stopped; {
+				st := &soakTask{method: submitMethod(r.IntN(5))}
+				records[s] = append(records[s], st)
+				fn := task(st, rand.New(rand.NewPCG(r.Uint64(), 0)))
+				// Each submission runs in its own goroutine only when
+				// the task may end it with Goexit (CallerRuns).
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					normal := false
+					defer func() { st.goexited = !normal }()
+					st.err = submitCall(func() error { return soakSubmit(p, st.method, fn, r) })
+					normal = true
+				}()
+				<-done
+				stopped = st.err == workerpool.ErrStopped
+			}
+		})
+	}
+
+	// The controller resizes and pauses the pool at random, then stops it.
+	r := rand.New(rand.NewPCG(seed, submitters))
+	for end := time.Now().Add(soakTime); time.Now().Before(end); {
+		switch r.IntN(3) {
+		case 0:
+			p.Resize(1 + r.IntN(maxSize))
+		case 1:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(500))*time.Microsecond)
+			p.Pause(ctx)
+			<-ctx.Done()
+			cancel()
+		case 2:
+			time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+		}
+	}
+	returned := stop(p)
+	wg.Wait()
+
+	// Every goroutine the pool started has exited: the count is back to
+	// the baseline, allowing a moment for their deferred returns.
+	for deadline := time.Now().Add(time.Second); runtime.NumGoroutine() > baseline && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), baseline, "goroutines left after the pool stopped")
+
+	identifying.Store(true)
+	for _, fn := range returned {
+		fn()
+	}
+	var total, accepted, ran, waitStopped, rejected, ffPanics uint64
+	for _, recs := range records {
+		for _, st := range recs {
+			total++
+			runs := st.runs.Load()
+			ran += uint64(runs)
+			isPanic := errors.As(st.err, new(*workerpool.PanicError))
+			ok := st.err == nil || st.goexited || isPanic
+			switch {
+			case ok && st.method == viaSubmitWait:
+				require.Equal(t, int32(1), runs, "a SubmitWait that returned %v ran its task %d times", st.err, runs)
+				require.Zero(t, st.returned, "Stop returned a SubmitWait task")
+			case ok:
+				require.Equal(t, 1, int(runs)+st.returned, "an accepted task ran %d times and was returned %d times", runs, st.returned)
+			default:
+				require.Zero(t, runs+int32(st.returned), "a task refused with %v ran or was returned", st.err)
+				switch {
+				case st.err == workerpool.ErrQueueFull:
+					rejected++
+				case st.err == workerpool.ErrStopped && st.method == viaSubmitWait:
+					waitStopped++
+				case st.err == workerpool.ErrStopped, errors.Is(st.err, context.Canceled), errors.Is(st.err, context.DeadlineExceeded):
+				default:
+					t.Fatalf("%v returned %v", st.method, st.err)
+				}
+			}
+			if ok {
+				accepted++
+			}
+			if ok && st.panics && st.method != viaSubmitWait && runs == 1 {
+				ffPanics++
+			}
+		}
+	}
+	s := p.Status()
+	t.Logf("%d submissions, %d accepted, %d ran, %d returned by Stop, %d rejected; peak %d running, %d waiting",
+		total, accepted, ran, len(returned), rejected, peak.Load(), s.PeakWaiting)
+	assert.LessOrEqual(t, peak.Load(), int64(maxSize), "never more tasks on workers than the largest maximum")
+	assert.Equal(t, workerpool.Stopped, s.State)
+	assert.Zero(t, s.Workers)
+	assert.Equal(t, s.Submitted, s.Completed+s.Abandoned, "at rest after stopping: %+v", s)
+	assert.Equal(t, ran, s.Completed)
+	assert.Equal(t, rejected, s.Rejected)
+	assert.Equal(t, ffPanics, uint64(handled.Load()), "the panic handler saw every fire-and-forget panic")
+	droppedWaiters := s.Submitted - accepted
+	assert.LessOrEqual(t, droppedWaiters, waitStopped, "Submitted = %d, %d accepted", s.Submitted, accepted)
+	assert.Equal(t, uint64(len(returned))+droppedWaiters, s.Abandoned)
+}
+
+// soakSubmit submits fn by method.
+func soakSubmit(p *workerpool.Pool, method submitMethod, fn func(), r *rand.Rand) error {
+	switch method {
+	case viaSubmit:
+		return p.Submit(fn)
+	case viaSubmitWait:
+		return p.SubmitWait(fn)
+	case viaTrySubmit:
+		return p.TrySubmit(fn)
+	case viaSubmitCtxDone:
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return p.SubmitCtx(ctx, fn)
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(100))*time.Microsecond)
+		defer cancel()
+		return p.SubmitCtx(ctx, fn)
+	}
+}
+
+// TestNewAndStopAThousandTimesLeavesNoGoroutine creates and stops pools of
+// every shape, each in one of the three ways, some with a task, and checks
+// that no goroutine of theirs is left.
+func TestNewAndStopAThousandTimesLeavesNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for i := range 1000 {
+			size := 1 + i%4
+			p := workerpool.New(size, workerpool.WithMinWorkers(i%(size+1)), workerpool.WithMaxWaiting(i%3))
+			if i%5 == 0 {
+				require.NoError(t, p.Submit(func() {}))
+			}
+			switch i % 3 {
+			case 0:
+				p.Stop()
+			case 1:
+				p.StopWait()
+			case 2:
+				_, err := p.Shutdown(context.Background())
+				require.NoError(t, err)
+			}
+			require.Equal(t, workerpool.Stopped, p.Status().State)
+		}
+		synctest.Wait() // the pools' goroutines may have their deferred returns left
+		assert.Empty(t, bubbleGoroutines(), "goroutines left by 1000 pools")
+	})
+}
