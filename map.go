@@ -60,7 +60,11 @@ func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Cont
 			// An item failed, ctx is done or the pool refused an item.
 		}
 		if g.ctx.Err() != nil {
-			break // hand out no more items
+			// Hand out no more items. Unless an item failed first, the
+			// items left out did not succeed because ctx was done: record
+			// its cause, as a skipped item would.
+			g.fail(context.Cause(g.ctx))
+			break
 		}
 		tasks[i] = mapTask[T, R]{m: m, i: i}
 		// Block whatever the pool's policy; a refusal (ErrStopped) or the

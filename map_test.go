@@ -70,16 +70,17 @@ func TestMapStopsHandingOutItemsAfterTheFirstError(t *testing.T) {
 					items[i] = i
 				}
 				var calls, late atomic.Int64
-				var failed atomic.Bool
+				var failedAt atomic.Pointer[time.Time]
 				errBad := errors.New("bad item")
 				got, err := workerpool.Map(context.Background(), p, items, func(ctx context.Context, n int) (int, error) {
 					calls.Add(1)
-					if failed.Load() {
-						late.Add(1) // started after the failing call returned
+					if at := failedAt.Load(); at != nil && time.Now().After(*at) {
+						late.Add(1) // started after the failure (on the bubble's clock)
 					}
 					if n == 10 {
 						// Fails at once, while its neighbours still run.
-						defer failed.Store(true)
+						now := time.Now()
+						failedAt.Store(&now)
 						return 0, errBad
 					}
 					time.Sleep(time.Millisecond)
@@ -114,20 +115,30 @@ func TestMapReportsAPanicAsPanicError(t *testing.T) {
 }
 
 func TestMapReturnsTheContextsCauseWhenItIsDone(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2)
-		defer p.Stop()
-		ctx, cancel := context.WithTimeoutCause(context.Background(), 10*time.Millisecond, io.ErrNoProgress)
-		defer cancel()
-		var calls atomic.Int64
-		_, err := workerpool.Map(ctx, p, make([]int, 100), func(ctx context.Context, _ int) (int, error) {
-			calls.Add(1)
-			time.Sleep(time.Millisecond)
-			return 0, nil // ignores ctx: Map stops anyway
+	// The deadline falls at every point of the run, including the instants
+	// when no item is queued and the next is not yet handed out.
+	for timeout := range 50 { // the 100 items take 50ms on 2 workers
+		synctest.Test(t, func(t *testing.T) {
+			p := workerpool.New(2)
+			defer p.Stop()
+			ctx, cancel := context.WithTimeoutCause(context.Background(), time.Duration(timeout)*time.Millisecond, io.ErrNoProgress)
+			defer cancel()
+			var calls atomic.Int64
+			got, err := workerpool.Map(ctx, p, make([]int, 100), func(ctx context.Context, _ int) (int, error) {
+				calls.Add(1)
+				time.Sleep(time.Millisecond)
+				return 0, nil // ignores ctx: Map stops anyway
+			})
+			if calls.Load() == 100 {
+				// The deadline came as the last items started: all ran.
+				require.GreaterOrEqual(t, timeout, 49)
+				return
+			}
+			// Some item never ran: Map must not report success.
+			assert.ErrorIs(t, err, io.ErrNoProgress, "timeout %dms", timeout)
+			assert.Nil(t, got)
 		})
-		assert.ErrorIs(t, err, io.ErrNoProgress)
-		assert.Less(t, calls.Load(), int64(100))
-	})
+	}
 }
 
 func TestMapNeverDeadlocksOnABoundedQueue(t *testing.T) {
