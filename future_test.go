@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -240,6 +241,30 @@ func TestGoAllocatesOnlyTheFuture(t *testing.T) {
 	// Done before the task ends allocates its channel: at most one more.
 	allocs := testing.AllocsPerRun(10000, func() { <-workerpool.Go(p, fn).Done() })
 	assert.LessOrEqual(t, allocs, 2.0, "Done before the end")
+}
+
+func TestFutureOfARacingStopRunsOrReportsErrStopped(t *testing.T) {
+	for range 20 {
+		p := workerpool.New(2)
+		var ran atomic.Int64
+		futures := make([]*workerpool.Future[int], 200)
+		go p.Stop()
+		for i := range futures {
+			futures[i] = workerpool.Go(p, func() (int, error) { ran.Add(1); return i, nil })
+		}
+		var ok int64
+		for i, f := range futures {
+			v, err := f.Wait() // never hangs
+			if err == nil {
+				assert.Equal(t, i, v)
+				ok++
+			} else {
+				assert.ErrorIs(t, err, workerpool.ErrStopped)
+			}
+		}
+		p.Stop()
+		assert.Equal(t, ran.Load(), ok, "a Future reports success exactly when its fn ran")
+	}
 }
 
 func ExampleGo() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -130,6 +131,7 @@ func TestGroupWaitReportsErrStoppedWhenThePoolIsStoppedUnderIt(t *testing.T) {
 		for range 4 {
 			g.Go(func(context.Context) error { ran.Add(1); return nil })
 		}
+		synctest.Wait() // the first task runs, the other four wait
 		waited := make(chan error)
 		go func() { waited <- g.Wait() }()
 		stopped := make(chan struct{})
@@ -304,4 +306,53 @@ func ExamplePool_Group() {
 	// checked a.txt
 	// first error: open missing.txt: unexpected EOF
 	// skipped: 1
+}
+
+func TestGroupLosesNothingWhenStopRacesGo(t *testing.T) {
+	for range 20 {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(4)) // Block: some Go calls wait
+		g := p.Group(context.Background())
+		var ran atomic.Int64
+		const submitters, each = 4, 50
+		var wg sync.WaitGroup
+		for range submitters {
+			wg.Go(func() {
+				for range each {
+					g.Go(func(context.Context) error { ran.Add(1); return nil })
+				}
+			})
+		}
+		go p.Stop()
+		wg.Wait()
+		err := g.Wait() // must return
+		assert.Equal(t, int64(submitters*each), ran.Load()+int64(g.Skipped()),
+			"every task given to Go ran or was counted as skipped")
+		if g.Skipped() > 0 {
+			assert.ErrorIs(t, err, workerpool.ErrStopped)
+		} else {
+			assert.NoError(t, err)
+		}
+		p.Stop()
+	}
+}
+
+func TestGroupTasksMayGoMoreTasks(t *testing.T) {
+	p := workerpool.New(2)
+	defer p.Stop()
+	g := p.Group(context.Background())
+	var ran atomic.Int64
+	var spawn func(depth int) func(context.Context) error
+	spawn = func(depth int) func(context.Context) error {
+		return func(context.Context) error {
+			ran.Add(1)
+			if depth > 0 {
+				g.Go(spawn(depth - 1))
+				g.Go(spawn(depth - 1))
+			}
+			return nil
+		}
+	}
+	g.Go(spawn(5))
+	require.NoError(t, g.Wait())
+	assert.Equal(t, int64(63), ran.Load())
 }
