@@ -67,7 +67,7 @@ const (
 	opAdvance              // advance the fake clock by fuzzAdvance[arg%5]
 	opStop                 // Stop
 	opStopWait             // StopWait
-	opShutdown             // Shutdown; arg odd: with a deadline of fuzzDeadline[arg/2%3]
+	opShutdown             // Shutdown; arg odd: with a deadline of fuzzDeadline[arg/2%4]
 	opBurst                // Submit 1+arg%4 tasks of kind fuzzBurstKinds[arg/4]
 	opTogether             // run the next two operations without settling in between
 )
@@ -89,7 +89,7 @@ func (k taskKind) String() string {
 
 var (
 	fuzzAdvance    = [...]time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
-	fuzzDeadline   = [...]time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
+	fuzzDeadline   = [...]time.Duration{0, 500 * time.Millisecond, time.Second, 2 * time.Second} // 0: already passed
 	fuzzIdle       = [...]time.Duration{-1, time.Second, 0, 3 * time.Second} // 0: DefaultIdleTimeout
 	fuzzBurstKinds = [...]taskKind{kindQuick, kindBlock, kindSleep, kindPanic}
 )
@@ -383,7 +383,7 @@ func (m *fuzzModel) step(code byte, arg int) {
 	case opAdvance:
 		m.advance(fuzzAdvance[arg%len(fuzzAdvance)])
 	case opStop, opStopWait, opShutdown:
-		m.stop(int(code), code == opShutdown && arg%2 == 1, fuzzDeadline[arg/2%3])
+		m.stop(int(code), code == opShutdown && arg%2 == 1, fuzzDeadline[arg/2%4])
 	case opTogether:
 		m.trace = append(m.trace, "together:")
 		m.together = true
@@ -644,7 +644,9 @@ func (m *fuzzModel) advance(d time.Duration) {
 		timeout = workerpool.DefaultIdleTimeout
 	}
 	// Only when nothing else happens meanwhile can the model say exactly
-	// how many workers remain.
+	// how many workers remain. (The clock moves only once every goroutine
+	// is blocked, so waiting for that first changes nothing.)
+	synctest.Wait()
 	reapCheck := m.cfg.idle >= 0 && d > 2*timeout && m.sleeping.Load() == 0 && !m.stopIssued
 	time.Sleep(d)
 	m.settle()
@@ -1084,7 +1086,7 @@ var fuzzSeeds = [][]byte{
 		fop(opBurst, 3), fop(opAdvance, 4)),
 	// A Shutdown deadline drops the queue while sleeping tasks run.
 	fuzzSeed(1, 0, 0, workerpool.Block, 0, 0,
-		fop(opBurst, 8+3), fop(opSubmitWait, int(kindSleep)), fop(opShutdown, 1), fop(opAdvance, 1),
+		fop(opBurst, 8+3), fop(opSubmitWait, int(kindSleep)), fop(opShutdown, 3), fop(opAdvance, 1),
 		fop(opAdvance, 3)),
 	// Stops race submissions.
 	fuzzSeed(2, 0, 1, workerpool.Block, 2, 1,
