@@ -88,9 +88,11 @@ func (k taskKind) String() string {
 }
 
 var (
-	fuzzAdvance    = [...]time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
-	fuzzDeadline   = [...]time.Duration{0, 500 * time.Millisecond, time.Second, 2 * time.Second} // 0: already passed
-	fuzzIdle       = [...]time.Duration{-1, time.Second, 0, 3 * time.Second} // 0: DefaultIdleTimeout
+	fuzzAdvance = [...]time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
+	// A deadline of 0 has passed when Shutdown is called.
+	fuzzDeadline = [...]time.Duration{0, 500 * time.Millisecond, time.Second, 2 * time.Second}
+	// An idle timeout of 0 is DefaultIdleTimeout.
+	fuzzIdle       = [...]time.Duration{-1, time.Second, 0, 3 * time.Second}
 	fuzzBurstKinds = [...]taskKind{kindQuick, kindBlock, kindSleep, kindPanic}
 )
 
