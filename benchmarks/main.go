@@ -24,7 +24,7 @@ import (
 func main() {
 	var (
 		quick     = flag.Bool("quick", false, "one repetition of smaller workloads")
-		reps      = flag.Int("reps", 7, "repetitions of every measurement (1 with -quick)")
+		reps      = flag.Int("reps", 5, "repetitions of every measurement (1 with -quick)")
 		poolList  = flag.String("pools", "", "comma-separated pools to run (default all)")
 		workList  = flag.String("workloads", "", "comma-separated workloads to run (default all)")
 		out       = flag.String("out", "RESULTS.md", "Markdown report to write")
