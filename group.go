@@ -103,6 +103,10 @@ func (g *Group) Wait() error {
 // by [Pool.Stop], or refused by the pool (see [Group.Go]). Tasks that TryGo
 // turned away are not counted. The count is final once [Group.Wait] has
 // returned.
+//
+// A task skipped after a worker took it still counts in [Pool.Status] as
+// Completed, as the pool ran the wrapper that skipped it; one skipped in Go
+// never reached the pool.
 func (g *Group) Skipped() int { return int(g.skipped.Load()) }
 
 // submit is Go, or TryGo if try is set; it reports whether the group took

@@ -12,11 +12,12 @@ const mapWindow = 2
 // (returns an error or panics) or when ctx is done.
 //
 // Map feeds items to the pool rather than submitting them all at once: it
-// keeps at most twice [Pool.Size] items submitted and not yet finished, so
-// that a long slice neither fills the waiting queue nor holds up other work
-// on a shared pool, and it waits for room in a bounded queue whatever the
-// pool's overflow policy, so that it cannot fail with [ErrQueueFull] nor run
-// items in the caller. The items start in order.
+// keeps at most twice [Pool.Size] (as it is when Map is called) items
+// submitted and not yet finished, so that a long slice neither fills the
+// waiting queue nor holds up other work on a shared pool. It waits for room
+// in a bounded queue whatever the pool's overflow policy, so that it cannot
+// fail with [ErrQueueFull] nor run items in the caller. The items start in
+// order.
 //
 // After the first failure Map hands out no more items; those already
 // submitted but not started are skipped, those running finish. Map then
@@ -26,8 +27,8 @@ const mapWindow = 2
 // result and a nil error. fn never runs after Map has returned, and
 // everything it did happens before Map returns.
 //
-// Map of an empty slice returns an empty slice and nil at once, and a nil fn
-// returns [ErrNilTask]. Map waits for its items like [Pool.SubmitWait], so
+// Map of an empty slice returns an empty slice and nil at once. A nil fn
+// makes Map return [ErrNilTask], even for an empty slice. Map waits for its items like [Pool.SubmitWait], so
 // calling it from inside a task of the same pool can deadlock.
 //
 // Map allocates 8 objects per call, however many items there are: among
