@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,18 +92,26 @@ func run(cfg config, command string) error {
 
 	t := summarize(cfg, runs)
 	md := report(env, t, relLink(cfg.out, cfg.svg))
-	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(cfg.svg, []byte(chart(env, t)), 0o644); err != nil {
-		return err
-	}
 	fmt.Print(md)
+	if err := writeFile(cfg.out, md); err != nil {
+		return err
+	}
+	if err := writeFile(cfg.svg, chart(env, t)); err != nil {
+		return err
+	}
 	fmt.Fprintf(os.Stderr, "wrote %s and %s in %v\n", cfg.out, cfg.svg, env.elapsed.Round(time.Second))
 	if env.otherCPU > 0.05 {
 		fmt.Fprintf(os.Stderr, "warning: other processes used %.0f%% of the CPU during the run; the numbers are noisy\n", 100*env.otherCPU)
 	}
 	return nil
+}
+
+// writeFile writes data to name, creating its directory if need be.
+func writeFile(name, data string) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(name, []byte(data), 0o644)
 }
 
 // rotate returns ps rotated left by n, so that no pool always runs first.
