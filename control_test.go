@@ -304,7 +304,9 @@ func TestWorkersInUseAreNotReaped(t *testing.T) {
 func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := New(4, WithIdleTimeout(-1))
-		occupy(t, p, 4)()
+		release := occupy(t, p, 4)
+		synctest.Wait() // four workers busy, not three and one handed the fourth task
+		release()
 		time.Sleep(24 * time.Hour)
 		assert.Equal(t, 4, p.Status().Workers)
 		p.Stop()

@@ -11,50 +11,61 @@ import (
 // every field here: nothing else reads or writes them, so no field needs a
 // lock. What others may see is published to p.stats with atomic stores.
 //
-// Between loop iterations it keeps this invariant, which makes every
+// Workers wait for tasks on the shared unbuffered channel p.work, so a send
+// on it succeeds exactly when some worker is parked there: no worker reports
+// back after a task, and an idle worker costs the dispatcher nothing. Between
+// loop iterations the dispatcher keeps this invariant, which makes every
 // placement decision local: if the queue is non-empty and the pool is not
-// paused, then no worker is idle and workers >= max. So a task is queued
-// only when no worker could take it, and tasks leave the queue in FIFO
-// order as workers come free.
+// paused, then workers >= max, and the loop offers the queue's front on
+// p.work, so the first worker to come free takes it. Tasks therefore leave
+// the queue in FIFO order.
 type dispatcher struct {
 	p *Pool
 
-	// queue holds the waiting tasks in submission order. A SubmitWait task
-	// is stored as nil (never a valid task) with its waiter at the back of
+	// queue holds the waiting tasks in submission order. A waiter's task is
+	// stored as nil (never a valid task) with the waiter at the back of
 	// waiters, which keeps the common fire-and-forget entry to one word.
 	queue   deque.Deque[func()]
 	waiters deque.Deque[waiter]
 
-	// idle holds the idle workers, most recently idle at the back: new work
-	// goes to the back (warm) worker and reaping takes from the front, so
-	// idleSince never decreases from front to back.
-	idle    deque.Deque[*worker]
-	workers int // worker goroutines, idle or busy
-	busy    int // workers handed a task that have not reported back
-	max     int // the current maximum (Resize changes it)
+	workers int       // worker goroutines, parked or busy
+	all     []*worker // every worker started, for reaping; exited ones are dropped at each tick
+	max     int       // the current maximum (Resize changes it)
+	started uint64    // tasks handed to workers; published as stats.started
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
-	pauseAck chan struct{}   // closed once busy reaches 0 in the current pause; nil once closed
+	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[control]
+	// idleWake is p.idleWake while a pause waits for running tasks to
+	// finish (p.wantIdle is then set, so every finishing worker signals).
+	idleWake <-chan struct{}
 
-	draining  bool              // Stop, StopWait or Shutdown was called: accept nothing more
-	deadlines []<-chan struct{} // Done channels of Shutdown contexts
+	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
+	// deadline is closed once the first of the Shutdown contexts is done;
+	// while it is open the loop watches it in the same select that hands
+	// out queued tasks, so none starts after it closed.
+	deadline <-chan struct{}
+	exiting  chan struct{} // closed when the loop ends; stops deadline mergers
 
 	// The reaping clock ticks every idle timeout while some worker above the
-	// minimum exists; a worker idle at two consecutive ticks exits. So it
+	// minimum exists; a worker parked at two consecutive ticks exits. So it
 	// has been idle for more than one timeout and at most two.
 	ticker *time.Ticker
 	tickC  <-chan time.Time // ticker.C while the clock runs, else nil
-	tick   uint64           // ticks so far
 }
 
-// A control is a request from Pause, Resize or Shutdown, answered by closing
-// done. Exactly one of the first three fields is set.
+// A control is a request to the dispatcher from Pause, Resize, Stop,
+// StopWait or Shutdown. Exactly one of the first four fields is set. done,
+// if not nil, is closed once the request has taken effect.
 type control struct {
-	resize   int             // > 0: set the maximum to this
-	pause    context.Context // pause until it is done
-	deadline <-chan struct{} // a Shutdown deadline: start nothing queued once it is closed
+	resize int             // > 0: set the maximum to this
+	pause  context.Context // pause until it is done
+	stop   bool            // Stop: drop the queue, then drain
+	drain  bool            // StopWait or Shutdown: run what is queued, accept nothing more
+	// deadline, with drain, is a Shutdown's: once it is closed, start
+	// nothing queued.
+	deadline <-chan struct{}
 	done     chan struct{}
 }
 
@@ -63,8 +74,7 @@ type control struct {
 func (d *dispatcher) run() {
 	p := d.p
 	defer close(p.done)
-	stopReq, drainReq := p.stopReq, p.drainReq
-	for !d.draining || d.queue.Len() > 0 || d.busy > 0 {
+	for !d.draining || d.queue.Len() > 0 {
 		// Receive a submission only when it can be placed, so that Block
 		// submitters wait in their send while a bounded queue is full.
 		// Meanwhile offer reject, which answers the submitters that do not
@@ -78,35 +88,63 @@ func (d *dispatcher) run() {
 				reject = p.reject
 			}
 		}
+		// Offer a surplus worker the zero job, which tells it to exit, else
+		// the queue's front, to the first worker to come free.
+		var work chan<- job
+		var next job
+		switch {
+		case d.workers > d.max:
+			work = p.work
+		case !d.paused && d.queue.Len() > 0:
+			work, next = p.work, d.front()
+		}
 		select {
 		case t := <-tasks:
-			// A submission: to an idle or new worker, else to the queue.
+			// A submission: to a parked or new worker, else to the queue.
 			d.accept(t)
+			// Take whoever else is already waiting to submit, without
+			// going round the whole loop for each.
+			for range 64 {
+				if tasks == nil || (d.cfg().maxWaiting > 0 && d.queue.Len() >= d.cfg().maxWaiting) {
+					break
+				}
+				select {
+				case t := <-tasks:
+					d.accept(t)
+					continue
+				default:
+				}
+				break
+			}
 		case reject <- struct{}{}:
 			// A Reject, CallerRuns or TrySubmit submitter learned the queue
 			// is full; it counts the outcome itself.
-		case w := <-p.ready:
-			// A worker finished a task and is free.
-			d.finished(w)
+		case work <- next:
+			// A worker came free and took the offer.
+			if !next.valid() { // the quit
+				d.setWorkers(d.workers - 1)
+			} else {
+				d.pop()
+				d.handed()
+			}
 		case c := <-p.control:
-			// Pause, Resize, or a Shutdown's deadline.
+			// Pause, Resize, Stop, StopWait or a Shutdown's deadline.
 			d.handle(c)
 		case <-d.pauseEnd:
 			// The current pause's context is done.
 			d.endPause()
-		case <-d.tickC:
-			// Reap workers idle since the tick before last.
-			d.reap()
-		case <-stopReq:
-			// Stop, or Shutdown past its deadline: drop the queue first, so
-			// that ending a pause in drain starts none of it.
-			stopReq = nil
+		case <-d.idleWake:
+			// A worker finished a task while a pause waits for them all.
+			d.checkPauseAck()
+		case <-d.deadline:
+			// A Shutdown's deadline passed: start nothing more from the
+			// queue. Stop, which that Shutdown calls now, returns it.
+			d.deadline = nil
+			d.p.deadlinePassed = true
 			d.abandonQueue()
-			d.drain()
-		case <-drainReq:
-			// StopWait or Shutdown: run what is queued, accept nothing more.
-			drainReq = nil
-			d.drain()
+		case <-d.tickC:
+			// Reap workers parked since the tick before last.
+			d.reap()
 		}
 	}
 	d.exit()
@@ -114,13 +152,17 @@ func (d *dispatcher) run() {
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
 
-// accept places a submitted task, keeping the invariant on the struct.
+// accept places a submitted task, keeping the invariant on the struct: to a
+// parked worker, else to a new one, else to the queue.
 func (d *dispatcher) accept(t job) {
 	d.p.stats.submitted.Add(1)
-	if d.queue.Len() == 0 && !d.paused {
-		if d.idle.Len() > 0 {
-			d.hand(d.idle.PopBack(), t)
+	if d.queue.Len() == 0 && !d.paused && d.workers <= d.max {
+		select {
+		case d.p.work <- t:
+			// A parked worker took it.
+			d.handed()
 			return
+		default:
 		}
 		if d.workers < d.max {
 			d.start(t)
@@ -130,87 +172,48 @@ func (d *dispatcher) accept(t job) {
 	d.push(t)
 }
 
-// finished takes back a worker that completed its task: it retires the
-// worker if Resize left too many, else gives it the next queued task, else
-// lets it idle.
-func (d *dispatcher) finished(w *worker) {
-	d.setBusy(d.busy - 1)
-	switch {
-	case d.workers > d.max:
-		d.retire(w)
-	case d.mayStartQueued():
-		d.hand(w, d.pop())
-	default:
-		w.idleSince = d.tick
-		d.idle.PushBack(w)
-	}
-	if d.busy == 0 && d.pauseAck != nil {
-		close(d.pauseAck)
-		d.pauseAck = nil
-	}
-}
-
-// fill hands queued tasks to idle workers, then to new ones up to max. It
-// restores the invariant after a resume, a resize or the start of a drain.
+// fill hands queued tasks to parked workers, then to new ones up to max. It
+// restores the invariant after a resume or a resize.
 func (d *dispatcher) fill() {
-	for d.mayStartQueued() {
-		switch {
-		case d.idle.Len() > 0:
-			d.hand(d.idle.PopBack(), d.pop())
-		case d.workers < d.max:
-			d.start(d.pop())
+	for !d.paused && d.queue.Len() > 0 && d.workers <= d.max {
+		select {
+		case d.p.work <- d.front():
+			d.pop()
+			d.handed()
+			continue
 		default:
+		}
+		if d.workers == d.max {
 			return
 		}
+		d.start(d.pop())
 	}
 }
 
-// mayStartQueued reports whether a task may leave the queue for a worker
-// now. Once a Shutdown deadline has passed none may: the queue is dropped
-// here, as the Stop that Shutdown is about to call would drop it, because a
-// worker reporting back before that Stop arrives must not start another
-// task that Shutdown would then wait for.
-func (d *dispatcher) mayStartQueued() bool {
-	if d.paused || d.queue.Len() == 0 {
-		return false
-	}
-	for _, deadline := range d.deadlines { // empty unless Shutdown was called
-		select {
-		case <-deadline:
-			d.p.deadlinePassed = true
-			d.abandonQueue()
-			return false
-		default:
-		}
-	}
-	return true
+// handed counts a task given to a worker.
+func (d *dispatcher) handed() {
+	d.started++
+	d.p.stats.started.Store(d.started)
 }
 
-// hand gives t to an idle worker; the send never blocks (see worker.jobs).
-func (d *dispatcher) hand(w *worker, t job) {
-	w.jobs <- t
-	d.setBusy(d.busy + 1)
-}
-
-// start starts a worker goroutine whose first task is t.
+// start starts a worker goroutine whose first task is t; with the zero job
+// the worker starts parked.
 func (d *dispatcher) start(t job) {
-	w := d.spawn()
-	d.hand(w, t)
-}
-
-// spawn starts an idle worker goroutine and counts it.
-func (d *dispatcher) spawn() *worker {
-	w := &worker{jobs: make(chan job, 1), idleSince: d.tick}
-	d.p.wg.Add(1)
-	go d.p.work(w)
+	if t.valid() {
+		d.handed()
+	}
+	w := new(worker)
+	d.all = append(d.all, w)
+	d.p.startWorker(w, t)
 	d.setWorkers(d.workers + 1)
-	return w
 }
 
-// retire tells an idle worker's goroutine to exit.
-func (d *dispatcher) retire(w *worker) {
-	close(w.jobs)
-	d.setWorkers(d.workers - 1)
+// front returns the task at the front of the queue, which must not be empty.
+func (d *dispatcher) front() job {
+	if fn := d.queue.Front(); fn != nil {
+		return job{fn: fn}
+	}
+	return job{w: d.waiters.Front()}
 }
 
 // push appends t to the queue.
@@ -232,22 +235,56 @@ func (d *dispatcher) pop() job {
 	return t
 }
 
-// reap advances the reaping clock and retires the workers idle at both this
-// tick and the one before, oldest first, never going below MinWorkers.
+// reap advances the reaping clock and tells the workers parked at both this
+// tick and the one before to exit, never going below MinWorkers. Those are
+// the longest parked, and a channel serves its parked receivers in the order
+// they parked, so each quit sent reaches one of them.
 func (d *dispatcher) reap() {
-	d.tick++
-	for d.workers > d.cfg().minWorkers && d.idle.Len() > 0 && d.tick-d.idle.Front().idleSince >= 2 {
-		d.retire(d.idle.PopFront())
+	tick := d.p.tick.Add(1)
+	n := min(d.parkedSince(tick-1), d.workers-d.cfg().minWorkers)
+	for range n {
+		select {
+		case d.p.work <- job{}:
+			d.setWorkers(d.workers - 1)
+		default:
+			return // it came back to work meanwhile
+		}
 	}
 }
 
-// resize sets the maximum. Idle workers above it exit now, busy ones when
-// their task ends; a larger maximum starts workers for queued tasks.
+// parkedSince counts the workers parked since before tick, as 1 + the tick
+// at which they parked <= tick, and forgets the workers that exited.
+func (d *dispatcher) parkedSince(tick uint64) int {
+	n := 0
+	live := d.all[:0]
+	for _, w := range d.all {
+		switch at := w.parkedAt.Load(); {
+		case at == exited:
+			continue
+		case at != 0 && at <= tick:
+			n++
+		}
+		live = append(live, w)
+	}
+	clear(d.all[len(live):])
+	d.all = live
+	return n
+}
+
+// resize sets the maximum. Parked workers above it exit now, busy ones when
+// their task ends (the loop offers them quit); a larger maximum starts
+// workers for queued tasks.
 func (d *dispatcher) resize(n int) {
 	d.max = n
 	d.p.stats.maxWorkers.Store(int64(n))
-	for d.workers > d.max && d.idle.Len() > 0 {
-		d.retire(d.idle.PopFront())
+	for d.workers > d.max {
+		select {
+		case d.p.work <- job{}:
+			d.setWorkers(d.workers - 1)
+			continue
+		default:
+		}
+		break
 	}
 	d.fill()
 }
@@ -258,12 +295,48 @@ func (d *dispatcher) handle(c control) {
 	case c.pause != nil:
 		d.pause(c) // answers c.done when the pause takes hold
 		return
-	case c.deadline != nil:
-		d.deadlines = append(d.deadlines, c.deadline)
+	case c.stop:
+		// Drop the queue first, so that ending a pause in drain starts
+		// none of it.
+		d.abandonQueue()
+		d.drain()
+	case c.drain:
+		if c.deadline != nil {
+			d.addDeadline(c.deadline)
+		}
+		d.drain()
 	default:
 		d.resize(c.resize)
 	}
-	close(c.done)
+	if c.done != nil {
+		close(c.done)
+	}
+}
+
+// addDeadline makes the loop watch one more Shutdown deadline. The first is
+// watched as it is; each later one is merged with it by a goroutine that
+// ends when either closes or the loop ends.
+func (d *dispatcher) addDeadline(dl <-chan struct{}) {
+	switch {
+	case d.p.deadlinePassed:
+		// The queue is already dropped.
+	case d.deadline == nil:
+		d.deadline = dl
+	default:
+		merged, old := make(chan struct{}), d.deadline
+		d.p.wg.Add(1)
+		go func() {
+			defer d.p.wg.Done()
+			select {
+			case <-old:
+			case <-dl:
+			case <-d.exiting:
+				return
+			}
+			close(merged)
+		}()
+		d.deadline = merged
+	}
 }
 
 // pause starts a pause, or queues it behind the current one. Once draining,
@@ -278,20 +351,35 @@ func (d *dispatcher) pause(c control) {
 		d.paused = true
 		d.pauseEnd = c.pause.Done()
 		d.pauseAck = c.done
-		if d.busy == 0 {
-			close(d.pauseAck)
-			d.pauseAck = nil
-		}
+		// Ask finishing workers to signal, then look: either this sees
+		// the last one finish or that one sees the request.
+		d.p.wantIdle.Store(true)
+		d.idleWake = d.p.idleWake
+		d.checkPauseAck()
 		d.setState(Paused)
 	}
+}
+
+// checkPauseAck answers the current pause once no task is running.
+func (d *dispatcher) checkPauseAck() {
+	if d.pauseAck == nil || d.started != d.p.stats.finished.Load() {
+		return
+	}
+	close(d.pauseAck)
+	d.pauseAck = nil
+	d.p.wantIdle.Store(false)
+	d.idleWake = nil
 }
 
 // endPause ends the current pause and starts the next queued one, if any;
 // with none, the pool resumes handing out tasks.
 func (d *dispatcher) endPause() {
 	if d.pauseAck != nil {
-		close(d.pauseAck) // its caller waits no longer for running tasks
+		// Its caller waits no longer for running tasks.
+		close(d.pauseAck)
 		d.pauseAck = nil
+		d.p.wantIdle.Store(false)
+		d.idleWake = nil
 	}
 	d.paused, d.pauseEnd = false, nil
 	for d.pauses.Len() > 0 && !d.paused {
@@ -304,7 +392,7 @@ func (d *dispatcher) endPause() {
 }
 
 // drain stops accepting tasks and ends every pause, so that what is queued
-// runs. The loop in run ends once the queue is empty and no worker is busy.
+// runs. The loop in run ends once the queue is empty.
 func (d *dispatcher) drain() {
 	if d.draining {
 		return
@@ -318,9 +406,9 @@ func (d *dispatcher) drain() {
 }
 
 // abandonQueue empties the queue for Stop: fire-and-forget tasks are kept
-// for Stop to return, in order, and waiting callers get ErrStopped. It may
-// run twice (for a passed Shutdown deadline, then for Stop), but nothing
-// enters the queue once draining, so the second time finds it empty.
+// for Stop to return, in order, and waiters get ErrStopped. It may run twice
+// (for a passed Shutdown deadline, then for Stop), but nothing enters the
+// queue once draining, so the second time finds it empty.
 func (d *dispatcher) abandonQueue() {
 	n := d.queue.Len()
 	if n == 0 {
@@ -334,20 +422,21 @@ func (d *dispatcher) abandonQueue() {
 			tasks = append(tasks, fn)
 		}
 	}
-	d.p.abandoned = tasks
+	d.p.abandoned = append(d.p.abandoned, tasks...)
 	d.p.stats.abandoned.Add(uint64(n))
 	d.setWaiting()
 }
 
-// exit retires the workers, all idle now, and waits for their goroutines.
+// exit tells every worker to exit once its task is done, by closing the
+// channel they park on, and waits for their goroutines.
 func (d *dispatcher) exit() {
-	for d.idle.Len() > 0 {
-		d.retire(d.idle.PopFront())
-	}
+	close(d.exiting)
+	close(d.p.work)
 	if d.ticker != nil {
 		d.ticker.Stop()
 	}
 	d.p.wg.Wait()
+	d.setWorkers(0)
 	d.setState(Stopped)
 }
 
@@ -362,7 +451,7 @@ func (d *dispatcher) setWorkers(n int) {
 		s.peakWorkers.Store(int64(n))
 	}
 	timeout := d.cfg().idleTimeout
-	switch want := n > d.cfg().minWorkers && timeout > 0; {
+	switch want := n > d.cfg().minWorkers && timeout > 0 && !d.draining; {
 	case want && d.tickC == nil:
 		if d.ticker == nil {
 			d.ticker = time.NewTicker(timeout)
@@ -374,11 +463,6 @@ func (d *dispatcher) setWorkers(n int) {
 		d.ticker.Stop()
 		d.tickC = nil
 	}
-}
-
-func (d *dispatcher) setBusy(n int) {
-	d.busy = n
-	d.p.stats.busy.Store(int64(n))
 }
 
 func (d *dispatcher) setWaiting() {

@@ -90,17 +90,26 @@ type Pool struct {
 	// reject is sent on by the dispatcher, only while the bounded queue is
 	// full, to tell submitters that do not wait to give up.
 	reject chan struct{}
-	// ready carries workers that finished a task back to the dispatcher.
-	ready chan *worker
-	// control carries Pause and Resize requests to the dispatcher.
+	// work carries tasks from the dispatcher to the workers parked on it.
+	// It is unbuffered so that a send succeeds exactly when a worker is
+	// idle; the zero job tells the receiving worker to exit, and closing it
+	// tells them all.
+	work chan job
+	// control carries Pause, Resize, Stop, StopWait and Shutdown requests
+	// to the dispatcher, which receives them until it exits.
 	control chan control
+	// idleWake (buffer 1) is signalled by a worker finishing a task while
+	// wantIdle is set, which the dispatcher does while a Pause waits for
+	// running tasks to end.
+	idleWake chan struct{}
+	wantIdle atomic.Bool
+	// tick is the reaping clock, advanced by the dispatcher; workers stamp
+	// it when they park.
+	tick atomic.Uint64
 
-	// stopReq is closed by the first Stop (the one that wins stopCalled),
-	// drainReq by the first StopWait or Shutdown: one channel per intent,
-	// so that the dispatcher never mistakes a Stop for a StopWait.
-	stopReq, drainReq chan struct{}
-	stopCalled        atomic.Bool
-	drainOnce         sync.Once
+	// stopCalled is won by the first Stop, drainCalled by the first
+	// StopWait or Shutdown; each then sends its request.
+	stopCalled, drainCalled atomic.Bool
 	// stopping is closed by the dispatcher when it takes either request:
 	// from then on it accepts nothing and every submission fails. done is
 	// closed by the dispatcher as its last act, after every worker exited.
@@ -129,17 +138,16 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		cfg:      newConfig(maxWorkers, opts),
 		tasks:    make(chan job),
 		reject:   make(chan struct{}),
-		ready:    make(chan *worker),
+		work:     make(chan job),
 		control:  make(chan control),
-		stopReq:  make(chan struct{}),
-		drainReq: make(chan struct{}),
+		idleWake: make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
-	d := &dispatcher{p: p, max: maxWorkers}
+	d := &dispatcher{p: p, max: maxWorkers, exiting: make(chan struct{})}
 	for range p.cfg.minWorkers {
-		d.idle.PushBack(d.spawn())
+		d.start(job{})
 	}
 	go d.run()
 	return p
@@ -213,6 +221,12 @@ func (p *Pool) submitWaiter(ctx context.Context, w waiter, overflow Overflow) er
 // bounded queue is full; the others give up when the dispatcher answers on
 // reject. ctx may be nil.
 func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
+	// Fast path: the dispatcher is waiting for a task.
+	select {
+	case p.tasks <- t:
+		return nil
+	default:
+	}
 	var reject <-chan struct{}
 	if overflow != Block {
 		reject = p.reject
@@ -229,7 +243,7 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 		// The bounded queue is full and this submitter does not wait.
 		if overflow == CallerRuns {
 			p.stats.submitted.Add(1)
-			p.run(t)
+			p.run(t, false)
 			return nil
 		}
 		p.stats.rejected.Add(1)
@@ -258,7 +272,7 @@ func (p *Pool) Stop() []func() {
 		<-p.done
 		return nil
 	}
-	close(p.stopReq)
+	p.request(control{stop: true})
 	<-p.done
 	tasks := p.abandoned
 	p.abandoned = nil
@@ -274,7 +288,20 @@ func (p *Pool) StopWait() {
 	<-p.done
 }
 
-func (p *Pool) requestDrain() { p.drainOnce.Do(func() { close(p.drainReq) }) }
+func (p *Pool) requestDrain() {
+	if p.drainCalled.CompareAndSwap(false, true) {
+		p.request(control{drain: true})
+	}
+}
+
+// request sends c to the dispatcher, unless it has exited. It does not wait
+// for c.done.
+func (p *Pool) request(c control) {
+	select {
+	case p.control <- c:
+	case <-p.done:
+	}
+}
 
 // Shutdown is [Pool.StopWait] bounded by ctx. If every accepted task has run
 // before ctx is done, it returns nil, nil. Otherwise, when ctx is done, it
@@ -283,17 +310,11 @@ func (p *Pool) requestDrain() { p.drainOnce.Do(func() { close(p.drainReq) }) }
 // ctx.Err(). No queued task starts once ctx is done, even one that a worker
 // finishing at that instant would otherwise take.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
-	if deadline := ctx.Done(); deadline != nil {
-		// Tell the dispatcher first, so that no queued task starts once
-		// ctx is done, however soon the Stop below comes.
-		c := control{deadline: deadline, done: make(chan struct{})}
-		select {
-		case p.control <- c:
-			<-c.done
-		case <-p.done:
-		}
-	}
-	p.requestDrain()
+	// One request stops accepting and has the dispatcher watch ctx, so
+	// that no queued task starts once ctx is done, however soon the Stop
+	// below comes.
+	p.drainCalled.Store(true)
+	p.request(control{drain: true, deadline: ctx.Done()})
 	select {
 	case <-p.done:
 		// The pool may have finished only because the deadline dropped
@@ -355,12 +376,13 @@ func (p *Pool) WaitingQueueSize() int { return int(p.stats.waiting.Load()) }
 // such a call has returned, every submission fails with [ErrStopped]. The
 // pool may still be finishing tasks; [Pool.Status] tells whether it has.
 func (p *Pool) Stopped() bool {
+	if p.stopCalled.Load() || p.drainCalled.Load() {
+		return true
+	}
 	select {
-	case <-p.stopReq:
-	case <-p.drainReq:
 	case <-p.stopping:
+		return true
 	default:
 		return false
 	}
-	return true
 }

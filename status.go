@@ -44,8 +44,8 @@ func (s State) String() string {
 //	Submitted == Completed + Abandoned + Waiting + Busy
 //
 // A snapshot is not a synchronization point. The dispatcher counts a task
-// just after its Submit returns, and a worker stays Busy until it reports
-// back, just after its SubmitWait returns. To wait for tasks, use
+// just after its Submit returns, and a task stays Busy until its worker
+// counts it finished, just after its SubmitWait returns. To wait for tasks, use
 // [Pool.SubmitWait] or [Pool.StopWait].
 type Status struct {
 	// State is the pool's life-cycle stage.
@@ -75,7 +75,11 @@ type Status struct {
 // call from a monitoring loop or from inside a task.
 func (p *Pool) Status() Status {
 	s := &p.stats
-	workers, busy := int(s.workers.Load()), int(s.busy.Load())
+	// finished before started: a task is started before it finishes, so
+	// busy is never negative.
+	finished := s.finished.Load()
+	busy := int(s.started.Load() - finished)
+	workers := int(s.workers.Load())
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
@@ -87,21 +91,24 @@ func (p *Pool) Status() Status {
 		PeakWorkers: int(s.peakWorkers.Load()),
 		PeakWaiting: int(s.peakWaiting.Load()),
 		Submitted:   s.submitted.Load(),
-		Completed:   s.completed.Load(),
+		Completed:   finished + s.callerRan.Load(),
 		Panicked:    s.panicked.Load(),
 		Rejected:    s.rejected.Load(),
 		Abandoned:   s.abandoned.Load(),
 	}
 }
 
-// stats holds what Status reports. The gauges (state to peakWaiting) have one
-// writer, the dispatcher, and are published with Store so that Status never
-// waits for it; the counters are added to by whichever goroutine sees the
-// event (dispatcher, worker or caller).
+// stats holds what Status reports. The gauges (state to peakWaiting) and
+// started have one writer, the dispatcher, and are published with Store so
+// that Status never waits for it; the other counters are added to by
+// whichever goroutine sees the event (dispatcher, worker or caller).
 type stats struct {
 	state                             atomic.Int32
-	maxWorkers, workers, busy         atomic.Int64
+	maxWorkers, workers               atomic.Int64
 	waiting, peakWorkers, peakWaiting atomic.Int64
-	submitted, completed, panicked    atomic.Uint64
+	submitted, panicked               atomic.Uint64
+	started                           atomic.Uint64 // tasks handed to workers
+	finished                          atomic.Uint64 // tasks workers finished
+	callerRan                         atomic.Uint64 // tasks CallerRuns ran in a submitter
 	rejected, abandoned               atomic.Uint64
 }

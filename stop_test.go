@@ -120,7 +120,7 @@ func poolGoroutines(t *testing.T) int {
 		if !strings.Contains(header, "synctest bubble") {
 			continue
 		}
-		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).work") {
+		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).runWorker") {
 			n++
 		}
 	}

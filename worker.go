@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // A PanicError is a task's panic, recovered by the pool. [Pool.SubmitWait]
@@ -64,21 +65,31 @@ func (w *waitTask) finish(err error) {
 	w.done.Done()
 }
 
-// A worker is the dispatcher's handle on one worker goroutine.
+// A worker is the dispatcher's record of one worker goroutine, for reaping.
 type worker struct {
-	// jobs carries the next task to the goroutine; closing it tells the
-	// goroutine to exit. Its buffer of one lets the dispatcher hand over a
-	// task without waiting: it only hands a task to a worker that reported
-	// back on ready and so has an empty buffer.
-	jobs chan job
-	// idleSince is the reaping clock's tick when the worker last went idle.
-	// Owned by the dispatcher.
-	idleSince uint64
+	// parkedAt is 1 + the reaping clock's tick when the goroutine last
+	// parked on p.work, 0 while it runs a task, and exited once it has
+	// left for good. Written by the goroutine, read by the dispatcher.
+	parkedAt atomic.Uint64
 }
 
-// work is the body of a worker goroutine: it runs each task the dispatcher
-// hands it and reports back on p.ready, until its channel is closed.
-func (p *Pool) work(w *worker) {
+// exited marks a worker whose goroutine has ended.
+const exited = ^uint64(0)
+
+// valid reports whether t is a task rather than the zero job, which tells a
+// worker to exit when received and means "no task" as a first task.
+func (t job) valid() bool { return t.fn != nil || t.w != nil }
+
+// startWorker starts a worker goroutine that runs first, if valid, then
+// parks on p.work.
+func (p *Pool) startWorker(w *worker, first job) {
+	p.wg.Add(1)
+	go p.runWorker(w, first)
+}
+
+// runWorker is the body of a worker goroutine: it runs t, then each task it
+// receives on p.work, until it receives the zero job or p.work is closed.
+func (p *Pool) runWorker(w *worker, t job) {
 	defer p.wg.Done()
 	returned := false
 	defer func() {
@@ -86,27 +97,29 @@ func (p *Pool) work(w *worker) {
 			// A task called runtime.Goexit, which nothing can stop; run
 			// has already accounted for the task. Carry on in a new
 			// goroutine so that the pool keeps its capacity.
-			p.wg.Add(1)
-			go p.resume(w)
+			p.startWorker(w, job{})
 		}
 	}()
-	for t := range w.jobs {
-		p.run(t)
-		p.ready <- w
+	for {
+		if t.valid() {
+			p.run(t, true)
+		}
+		w.parkedAt.Store(p.tick.Load() + 1)
+		t = <-p.work // the zero job once closed
+		w.parkedAt.Store(0)
+		if !t.valid() {
+			break
+		}
 	}
+	w.parkedAt.Store(exited)
 	returned = true
 }
 
-// resume continues a worker whose goroutine ended in runtime.Goexit.
-func (p *Pool) resume(w *worker) {
-	p.ready <- w
-	p.work(w)
-}
-
-// run runs one task and accounts for it. A panic is recovered and reported
-// to the waiting caller or the panic handler; a runtime.Goexit still counts
-// the task as completed and releases its waiting caller with a nil error.
-func (p *Pool) run(t job) {
+// run runs one task and accounts for it, on a worker or, for CallerRuns, in
+// the submitter. A panic is recovered and reported to the task's waiter or
+// the panic handler; a runtime.Goexit still counts the task as completed
+// and reports nil to its waiter.
+func (p *Pool) run(t job, onWorker bool) {
 	fn := t.fn
 	if t.w != nil {
 		fn = t.w.do
@@ -114,7 +127,6 @@ func (p *Pool) run(t job) {
 	var pe *PanicError
 	defer func() {
 		// Runs after the recover below, on return, panic and Goexit alike.
-		p.stats.completed.Add(1)
 		switch {
 		case t.w != nil && pe != nil:
 			t.w.finish(pe)
@@ -122,6 +134,19 @@ func (p *Pool) run(t job) {
 			t.w.finish(nil)
 		case pe != nil:
 			p.cfg.panicHandler(pe)
+		}
+		if !onWorker {
+			p.stats.callerRan.Add(1)
+			return
+		}
+		p.stats.finished.Add(1)
+		if p.wantIdle.Load() {
+			// A pause waits for running tasks: tell the dispatcher one
+			// ended. A signal already pending will do as well.
+			select {
+			case p.idleWake <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	defer func() {
