@@ -19,6 +19,7 @@ import (
 // It fails unless every task ran exactly once.
 func benchSubmit(b *testing.B, p *workerpool.Pool, parallel bool, submitted func()) {
 	b.ReportAllocs()
+	reportCPU(b)
 	var ran atomic.Int64
 	task := func() { ran.Add(1) }
 	submit := func() bool {
@@ -93,6 +94,7 @@ func BenchmarkSubmitWait(b *testing.B) {
 		name := map[bool]string{false: "serial", true: "parallel"}[parallel]
 		b.Run(name+"/workers=4", func(b *testing.B) {
 			b.ReportAllocs()
+			reportCPU(b)
 			task := func() {}
 			p := workerpool.New(4)
 			defer p.StopWait()
@@ -121,6 +123,7 @@ func BenchmarkSubmitWait(b *testing.B) {
 func BenchmarkStartStop(b *testing.B) {
 	b.Run("New+Stop", func(b *testing.B) {
 		b.ReportAllocs()
+		reportCPU(b)
 		for range b.N {
 			p := workerpool.New(8)
 			p.Stop()
@@ -128,6 +131,7 @@ func BenchmarkStartStop(b *testing.B) {
 	})
 	b.Run("MinWorkers=4/New+StopWait", func(b *testing.B) {
 		b.ReportAllocs()
+		reportCPU(b)
 		for range b.N {
 			p := workerpool.New(8, workerpool.WithMinWorkers(4))
 			p.StopWait()
