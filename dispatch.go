@@ -36,7 +36,7 @@ type dispatcher struct {
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
-	pauses   deque.Deque[control]
+	pauses   deque.Deque[*control]
 	// idleWake is p.idleWake while a pause waits for running tasks to
 	// finish (p.wantIdle is then set, so every finishing worker signals).
 	idleWake <-chan struct{}
@@ -50,24 +50,31 @@ type dispatcher struct {
 
 	// The reaping clock ticks every idle timeout while some worker above the
 	// minimum exists; a worker parked at two consecutive ticks exits. So it
-	// has been idle for more than one timeout and at most two.
-	ticker *time.Ticker
-	tickC  <-chan time.Time // ticker.C while the clock runs, else nil
+	// has been idle for more than one timeout and at most two. The clock
+	// goroutine forwards the ticker's ticks as requests, so that the loop
+	// need not watch the ticker.
+	ticker  *time.Ticker // nil until first needed
+	ticking bool         // the ticker runs
 }
 
 // A control is a request to the dispatcher from Pause, Resize, Stop,
-// StopWait or Shutdown. Exactly one of the first four fields is set. done,
-// if not nil, is closed once the request has taken effect.
+// StopWait, Shutdown or the reaping clock. Exactly one of the first five
+// fields is set. done, if not nil, is closed once the request has taken
+// effect.
 type control struct {
 	resize int             // > 0: set the maximum to this
 	pause  context.Context // pause until it is done
 	stop   bool            // Stop: drop the queue, then drain
 	drain  bool            // StopWait or Shutdown: run what is queued, accept nothing more
+	tick   bool            // the reaping clock ticked
 	// deadline, with drain, is a Shutdown's: once it is closed, start
 	// nothing queued.
 	deadline <-chan struct{}
 	done     chan struct{}
 }
+
+// tickRequest is what the reaping clock sends; it is never written.
+var tickRequest = &control{tick: true}
 
 // run is the dispatcher goroutine. It returns, closing p.done, once the pool
 // is stopped, the queue is empty and every worker has exited.
@@ -75,6 +82,13 @@ func (d *dispatcher) run() {
 	p := d.p
 	defer close(p.done)
 	for !d.draining || d.queue.Len() > 0 {
+		if !d.draining && !d.paused && d.queue.Len() == 0 && d.workers <= d.max {
+			// The common case: nothing to offer the workers and nothing
+			// to watch but submissions, so a plain receive will do, which
+			// is cheaper than a select. Requests come on p.tasks too.
+			d.receive(<-p.tasks)
+			continue
+		}
 		// Receive a submission only when it can be placed, so that Block
 		// submitters wait in their send while a bounded queue is full.
 		// Meanwhile offer reject, which answers the submitters that do not
@@ -82,7 +96,7 @@ func (d *dispatcher) run() {
 		var tasks <-chan job
 		var reject chan<- struct{}
 		if !d.draining {
-			if d.cfg().maxWaiting == 0 || d.queue.Len() < d.cfg().maxWaiting {
+			if d.room() {
 				tasks = p.tasks
 			} else {
 				reject = p.reject
@@ -100,35 +114,21 @@ func (d *dispatcher) run() {
 		}
 		select {
 		case t := <-tasks:
-			// A submission: to a parked or new worker, else to the queue.
-			d.accept(t)
-			// Take whoever else is already waiting to submit, without
-			// going round the whole loop for each.
-			for range 64 {
-				if tasks == nil || (d.cfg().maxWaiting > 0 && d.queue.Len() >= d.cfg().maxWaiting) {
-					break
-				}
-				select {
-				case t := <-tasks:
-					d.accept(t)
-					continue
-				default:
-				}
-				break
-			}
+			// A submission or a request.
+			d.receive(t)
 		case reject <- struct{}{}:
 			// A Reject, CallerRuns or TrySubmit submitter learned the queue
 			// is full; it counts the outcome itself.
 		case work <- next:
 			// A worker came free and took the offer.
-			if !next.valid() { // the quit
+			if !next.valid() { // the zero job
 				d.setWorkers(d.workers - 1)
 			} else {
 				d.pop()
 				d.handed()
 			}
 		case c := <-p.control:
-			// Pause, Resize, Stop, StopWait or a Shutdown's deadline.
+			// A request sent while p.tasks was not received.
 			d.handle(c)
 		case <-d.pauseEnd:
 			// The current pause's context is done.
@@ -142,12 +142,34 @@ func (d *dispatcher) run() {
 			d.deadline = nil
 			d.p.deadlinePassed = true
 			d.abandonQueue()
-		case <-d.tickC:
-			// Reap workers parked since the tick before last.
-			d.reap()
 		}
 	}
 	d.exit()
+}
+
+// receive takes t, a submission or a request, from p.tasks, then whatever
+// else is already waiting there, without going round the loop for each.
+func (d *dispatcher) receive(t job) {
+	for range 64 {
+		if t.c != nil {
+			d.handle(t.c)
+		} else {
+			d.accept(t)
+		}
+		if d.draining || !d.room() {
+			return
+		}
+		select {
+		case t = <-d.p.tasks:
+		default:
+			return
+		}
+	}
+}
+
+// room reports whether the queue can take one more task.
+func (d *dispatcher) room() bool {
+	return d.cfg().maxWaiting == 0 || d.queue.Len() < d.cfg().maxWaiting
 }
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
@@ -290,8 +312,11 @@ func (d *dispatcher) resize(n int) {
 }
 
 // handle carries out a control request.
-func (d *dispatcher) handle(c control) {
+func (d *dispatcher) handle(c *control) {
 	switch {
+	case c.tick:
+		d.reap()
+		return
 	case c.pause != nil:
 		d.pause(c) // answers c.done when the pause takes hold
 		return
@@ -341,7 +366,7 @@ func (d *dispatcher) addDeadline(dl <-chan struct{}) {
 
 // pause starts a pause, or queues it behind the current one. Once draining,
 // a pause request is answered at once: Stop and StopWait end pauses.
-func (d *dispatcher) pause(c control) {
+func (d *dispatcher) pause(c *control) {
 	switch {
 	case d.draining || c.pause.Err() != nil:
 		close(c.done)
@@ -430,7 +455,7 @@ func (d *dispatcher) abandonQueue() {
 // exit tells every worker to exit once its task is done, by closing the
 // channel they park on, and waits for their goroutines.
 func (d *dispatcher) exit() {
-	close(d.exiting)
+	close(d.exiting) // the clock and deadline mergers return
 	close(d.p.work)
 	if d.ticker != nil {
 		d.ticker.Stop()
@@ -451,18 +476,18 @@ func (d *dispatcher) setWorkers(n int) {
 		s.peakWorkers.Store(int64(n))
 	}
 	timeout := d.cfg().idleTimeout
-	switch want := n > d.cfg().minWorkers && timeout > 0 && !d.draining; {
-	case want && d.tickC == nil:
-		if d.ticker == nil {
-			d.ticker = time.NewTicker(timeout)
-		} else {
-			d.ticker.Reset(timeout)
-		}
-		d.tickC = d.ticker.C
-	case !want && d.tickC != nil:
-		d.ticker.Stop()
-		d.tickC = nil
+	want := n > d.cfg().minWorkers && timeout > 0
+	switch {
+	case want && d.ticker == nil:
+		d.ticker = time.NewTicker(timeout)
+		d.p.wg.Add(1)
+		go d.p.clock(d.ticker.C, d.exiting)
+	case want && !d.ticking:
+		d.ticker.Reset(timeout)
+	case !want && d.ticking:
+		d.ticker.Stop() // no tick is received after Stop returns
 	}
+	d.ticking = want
 }
 
 func (d *dispatcher) setWaiting() {

@@ -60,6 +60,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Errors returned by the pool. Each says why a task was not accepted.
@@ -95,9 +96,10 @@ type Pool struct {
 	// idle; the zero job tells the receiving worker to exit, and closing it
 	// tells them all.
 	work chan job
-	// control carries Pause, Resize, Stop, StopWait and Shutdown requests
-	// to the dispatcher, which receives them until it exits.
-	control chan control
+	// control carries Pause, Resize, Stop, StopWait, Shutdown and clock
+	// requests to the dispatcher, which receives them until it exits.
+	// While it waits for submissions alone, it receives them on tasks.
+	control chan *control
 	// idleWake (buffer 1) is signalled by a worker finishing a task while
 	// wantIdle is set, which the dispatcher does while a Pause waits for
 	// running tasks to end.
@@ -139,7 +141,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		tasks:    make(chan job),
 		reject:   make(chan struct{}),
 		work:     make(chan job),
-		control:  make(chan control),
+		control:  make(chan *control),
 		idleWake: make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -272,7 +274,7 @@ func (p *Pool) Stop() []func() {
 		<-p.done
 		return nil
 	}
-	p.request(control{stop: true})
+	p.request(&control{stop: true})
 	<-p.done
 	tasks := p.abandoned
 	p.abandoned = nil
@@ -290,16 +292,36 @@ func (p *Pool) StopWait() {
 
 func (p *Pool) requestDrain() {
 	if p.drainCalled.CompareAndSwap(false, true) {
-		p.request(control{drain: true})
+		p.request(&control{drain: true})
 	}
 }
 
 // request sends c to the dispatcher, unless it has exited. It does not wait
 // for c.done.
-func (p *Pool) request(c control) {
+func (p *Pool) request(c *control) {
 	select {
+	case p.tasks <- job{c: c}:
 	case p.control <- c:
 	case <-p.done:
+	}
+}
+
+// clock forwards the reaping ticker's ticks to the dispatcher until exiting
+// is closed.
+func (p *Pool) clock(ticks <-chan time.Time, exiting <-chan struct{}) {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-ticks:
+			select {
+			case p.tasks <- job{c: tickRequest}:
+			case p.control <- tickRequest:
+			case <-exiting:
+				return
+			}
+		case <-exiting:
+			return
+		}
 	}
 }
 
@@ -314,7 +336,7 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	// that no queued task starts once ctx is done, however soon the Stop
 	// below comes.
 	p.drainCalled.Store(true)
-	p.request(control{drain: true, deadline: ctx.Done()})
+	p.request(&control{drain: true, deadline: ctx.Done()})
 	select {
 	case <-p.done:
 		// The pool may have finished only because the deadline dropped
@@ -336,8 +358,13 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 // StopWait and Shutdown end every pause; Pause on a stopping pool returns
 // at once. A ctx that is never done pauses the pool until it is stopped.
 func (p *Pool) Pause(ctx context.Context) {
-	c := control{pause: ctx, done: make(chan struct{})}
+	c := &control{pause: ctx, done: make(chan struct{})}
 	select {
+	case p.tasks <- job{c: c}:
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
 	case p.control <- c:
 		select {
 		case <-c.done:
@@ -358,10 +385,10 @@ func (p *Pool) Resize(n int) {
 	if n < 1 || n < p.cfg.minWorkers {
 		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
 	}
-	c := control{resize: n, done: make(chan struct{})}
+	c := &control{resize: n, done: make(chan struct{})}
+	p.request(c)
 	select {
-	case p.control <- c:
-		<-c.done
+	case <-c.done:
 	case <-p.done:
 	}
 }

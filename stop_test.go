@@ -98,7 +98,7 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 					require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond) }))
 				}
 				synctest.Wait() // the last Submit returns before its worker starts
-				require.Equal(t, 17, poolGoroutines(t), "the dispatcher and 16 workers")
+				require.Equal(t, 18, poolGoroutines(t), "the dispatcher, its reaping clock and 16 workers")
 				stop.stop(p)
 				// When Stop returns, the pool's goroutines have at most
 				// their deferred returns left; Wait lets them finish.
@@ -120,7 +120,8 @@ func poolGoroutines(t *testing.T) int {
 		if !strings.Contains(header, "synctest bubble") {
 			continue
 		}
-		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).runWorker") {
+		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).runWorker") ||
+			strings.Contains(g, "workerpool.(*Pool).clock") {
 			n++
 		}
 	}

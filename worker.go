@@ -32,10 +32,11 @@ func (e *PanicError) Unwrap() error {
 
 // A job is what travels from a submitter through the dispatcher to a
 // worker: a fire-and-forget func, or a waiter. Exactly one of fn and w is
-// set.
+// set, or, on p.tasks only, c, a request to the dispatcher.
 type job struct {
 	fn func()
 	w  waiter
+	c  *control
 }
 
 // A waiter is a task whose submitter learns what became of it: the task of
