@@ -42,6 +42,7 @@ type dispatcher struct {
 	idleWake <-chan struct{}
 
 	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
+	closed   bool // p.work is closed: the workers are exiting
 	// deadline is closed once the first of the Shutdown contexts is done;
 	// while it is open the loop watches it in the same select that hands
 	// out queued tasks, so none starts after it closed.
@@ -314,6 +315,13 @@ func (d *dispatcher) resize(n int) {
 // handle carries out a control request.
 func (d *dispatcher) handle(c *control) {
 	switch {
+	case d.closed:
+		// Every worker has been told to exit, and the pool accepts
+		// nothing: only the maximum is left to record.
+		if c.resize > 0 {
+			d.max = c.resize
+			d.p.stats.maxWorkers.Store(int64(c.resize))
+		}
 	case c.tick:
 		d.reap()
 		return
@@ -453,16 +461,27 @@ func (d *dispatcher) abandonQueue() {
 }
 
 // exit tells every worker to exit once its task is done, by closing the
-// channel they park on, and waits for their goroutines.
+// channel they park on, and waits for their goroutines. Meanwhile it still
+// answers requests, so that a Pause or Resize during a Stop returns.
 func (d *dispatcher) exit() {
 	close(d.exiting) // the clock and deadline mergers return
 	close(d.p.work)
-	if d.ticker != nil {
-		d.ticker.Stop()
+	d.closed = true
+	exited := make(chan struct{})
+	go func() {
+		d.p.wg.Wait()
+		close(exited)
+	}()
+	for {
+		select {
+		case c := <-d.p.control:
+			d.handle(c)
+		case <-exited:
+			d.setWorkers(0) // stops the ticker
+			d.setState(Stopped)
+			return
+		}
 	}
-	d.p.wg.Wait()
-	d.setWorkers(0)
-	d.setState(Stopped)
 }
 
 // setWorkers publishes the worker count and runs the reaping clock exactly

@@ -319,3 +319,32 @@ func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 	assert.Equal(t, s.Submitted, accepted.Load()+droppedWaiters)
 	balanced(t, s)
 }
+
+func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
+	// Shutdown's deadline and its stop to accepting must reach the
+	// dispatcher together: a task accepted between them was once dropped
+	// by the deadline and then lost when Stop dropped the rest.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		p := New(1)
+		var ran, accepted atomic.Int64
+		task := func() { ran.Add(1) }
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for p.Submit(task) == nil {
+					accepted.Add(1)
+				}
+			})
+		}
+		for ran.Load() < 3 { // let the pool get busy
+			runtime.Gosched()
+		}
+		returned, err := p.Shutdown(done)
+		wg.Wait()
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, accepted.Load(), ran.Load()+int64(len(returned)),
+			"every accepted task ran or was returned; %+v", p.Status())
+	}
+}
