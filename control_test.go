@@ -121,6 +121,8 @@ func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.Canceled)
 	assert.NoError(t, p.SubmitCtx(context.Background(), func() {}))
+	p.Stop()
+	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), ErrStopped, "a stopped pool says so, whatever the ctx")
 }
 
 func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {

@@ -39,7 +39,11 @@ type Group struct {
 // derived from ctx (see [Group.Context]); tasks that have not started when
 // ctx is done are skipped. A group costs a few allocations of its own,
 // whatever its number of tasks: the Group and its cancellable context.
+// Group panics if ctx is nil.
 func (p *Pool) Group(ctx context.Context) *Group {
+	if ctx == nil {
+		panic("workerpool: Group with a nil context")
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	return &Group{p: p, ctx: ctx, cancel: cancel}
 }

@@ -145,6 +145,14 @@ func TestGroupWaitReportsErrStoppedWhenThePoolIsStoppedUnderIt(t *testing.T) {
 	})
 }
 
+func TestGroupPanicsOnANilContext(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	assert.PanicsWithValue(t, "workerpool: Group with a nil context", func() {
+		p.Group(nil) //nolint:staticcheck // the nil context is the point
+	})
+}
+
 func TestGroupGoRecordsWhatThePoolRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -40,8 +40,9 @@
 // returns ErrStopped. When they return, every goroutine the pool started
 // has exited.
 //
-// Calling StopWait, Shutdown or SubmitWait from inside a task of the same
-// pool can deadlock: the task waits for the pool, and the pool for the task.
+// Calling Stop, StopWait, Shutdown, SubmitWait, or Pause with a ctx that is
+// never done, from inside a task of the same pool can deadlock: the task
+// waits for the pool, and the pool for the task.
 //
 // # Panics
 //
@@ -49,7 +50,9 @@
 // panic as a [*PanicError] with the stack, and either returns it from
 // SubmitWait or passes it to the panic handler (see [WithPanicHandler]),
 // which by default logs it. A task that calls [runtime.Goexit] likewise
-// costs no capacity. The pool itself panics only on a programming error: an
+// costs no capacity; but a task that [CallerRuns] runs in its submitter
+// ends the submitter's goroutine if it calls Goexit, so that its Submit
+// never returns. The pool itself panics only on a programming error: an
 // impossible configuration in [New], or a [Pool.Resize] to an impossible
 // size.
 package workerpool
@@ -178,6 +181,9 @@ func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
 		return ErrNilTask
 	}
 	if err := ctx.Err(); err != nil {
+		if p.isStopping() {
+			return ErrStopped
+		}
 		return err
 	}
 	return p.submit(ctx, job{fn: task}, p.cfg.overflow)
@@ -399,17 +405,19 @@ func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 // WaitingQueueSize returns the number of tasks waiting for a worker.
 func (p *Pool) WaitingQueueSize() int { return int(p.stats.waiting.Load()) }
 
-// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
-// such a call has returned, every submission fails with [ErrStopped]. The
-// pool may still be finishing tasks; [Pool.Status] tells whether it has.
-func (p *Pool) Stopped() bool {
-	if p.stopCalled.Load() || p.drainCalled.Load() {
-		return true
-	}
+// isStopping reports whether the dispatcher has stopped accepting tasks.
+func (p *Pool) isStopping() bool {
 	select {
 	case <-p.stopping:
 		return true
 	default:
 		return false
 	}
+}
+
+// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
+// such a call has returned, every submission fails with [ErrStopped]. The
+// pool may still be finishing tasks; [Pool.Status] tells whether it has.
+func (p *Pool) Stopped() bool {
+	return p.stopCalled.Load() || p.drainCalled.Load() || p.isStopping()
 }

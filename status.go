@@ -43,6 +43,10 @@ func (s State) String() string {
 //
 //	Submitted == Completed + Abandoned + Waiting + Busy
 //
+// A task that [CallerRuns] is running in its submitter is in Submitted only,
+// until it completes; its Submit has not returned, so the pool is not at
+// rest.
+//
 // A snapshot is not a synchronization point. The dispatcher counts a task
 // just after its Submit returns, and a task stays Busy until its worker
 // counts it finished, just after its SubmitWait returns. To wait for tasks, use

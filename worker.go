@@ -43,7 +43,9 @@ type job struct {
 // a SubmitWait, a Future or a Group. The pool calls finish exactly once:
 // after do returned, panicked or called runtime.Goexit (with nil or the
 // *PanicError), or with ErrStopped when Stop dropped the task before it
-// started.
+// started. finish may run on a worker, on the dispatcher (for a dropped
+// task) or on the submitter (under CallerRuns), so it must not block or
+// call into the pool.
 type waiter interface {
 	do()
 	finish(err error)
