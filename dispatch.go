@@ -477,7 +477,7 @@ func (d *dispatcher) exit() {
 		case c := <-d.p.control:
 			d.handle(c)
 		case <-exited:
-			d.setWorkers(0) // stops the ticker
+			d.setWorkers(0) // stops the ticker; each exiting worker has counted itself out
 			d.setState(Stopped)
 			return
 		}

@@ -108,8 +108,13 @@ func (p *Pool) runWorker(w *worker, t job) {
 			p.run(t, true)
 		}
 		w.parkedAt.Store(p.tick.Load() + 1)
-		t = <-p.work // the zero job once closed
+		var open bool
+		t, open = <-p.work
 		w.parkedAt.Store(0)
+		if !open {
+			// The dispatcher is exiting and counts down no more.
+			p.stats.workers.Add(-1)
+		}
 		if !t.valid() {
 			break
 		}
