@@ -460,7 +460,11 @@ func (m *fuzzModel) checkSubmitResult(tk *fuzzTask, desc string, err error, stop
 	var pe *workerpool.PanicError
 	switch {
 	case tk.method == viaSubmitCtxDone:
-		if !errors.Is(err, context.Canceled) {
+		// A stopping pool says so first; otherwise the context is done.
+		switch {
+		case stopped && err != workerpool.ErrStopped:
+			m.goFail("%s with a cancelled context after a stop call returned %v, want ErrStopped", desc, err)
+		case !errors.Is(err, context.Canceled) && err != workerpool.ErrStopped:
 			m.goFail("%s with a cancelled context returned %v, want context.Canceled", desc, err)
 		}
 		return

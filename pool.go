@@ -13,13 +13,13 @@
 //
 // # Design
 //
-// One dispatcher goroutine owns the pool's structure: the waiting queue, the
-// workers and the idle ones among them. Submitters hand it tasks over an
-// unbuffered channel, so a task is accepted exactly when the dispatcher takes
-// it. The dispatcher gives a task to an idle worker if there is one, else
-// starts a worker if fewer than the maximum exist, else appends the task to
-// the waiting queue, from which workers take tasks in FIFO order as they come
-// free. A worker idle for the idle timeout exits, between one and two
+// One dispatcher goroutine owns the pool's structure: the waiting queue and
+// the count of workers. Submitters hand it tasks over an unbuffered channel,
+// so a task is accepted exactly when the dispatcher takes it. Idle workers
+// wait on a second unbuffered channel, longest idle first. The dispatcher
+// gives a task to an idle worker if there is one, else starts a worker if
+// fewer than the maximum exist, else appends the task to the waiting queue,
+// from which workers take tasks in FIFO order as they come free. A worker idle for the idle timeout exits, between one and two
 // timeouts after it went idle, and the pool never shrinks below its minimum.
 //
 // The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
