@@ -151,13 +151,13 @@ func (d *dispatcher) run() {
 // receive takes t, a submission or a request, from p.tasks, then whatever
 // else is already waiting there, without going round the loop for each.
 func (d *dispatcher) receive(t job) {
-	for range 64 {
+	for n := 1; ; n++ {
 		if t.c != nil {
 			d.handle(t.c)
 		} else {
 			d.accept(t)
 		}
-		if d.draining || !d.room() {
+		if n == 64 || d.draining || !d.room() {
 			return
 		}
 		select {

@@ -69,7 +69,7 @@ func TestSoakEveryTaskRunsOnceUnderRandomControl(t *testing.T) {
 }
 
 func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*workerpool.Pool) []func()) {
-	const submitters, maxSize = 8, 8
+	const submitters, maxSize = 128, 8 // more submitters than the dispatcher takes per wake-up (64)
 	baseline := runtime.NumGoroutine()
 	var handled atomic.Int64
 	opts = append([]workerpool.Option{

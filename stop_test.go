@@ -348,3 +348,25 @@ func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
 			"every accepted task ran or was returned; %+v", p.Status())
 	}
 }
+
+func TestStopWaitRunsEveryTaskOfManyConcurrentSubmitters(t *testing.T) {
+	// More submitters than the dispatcher takes in one wake-up: the last
+	// of a burst was once received and dropped.
+	for range 10 {
+		p := New(100)
+		var ran atomic.Int64
+		task := func() { ran.Add(1) }
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				for range 100 {
+					assert.NoError(t, p.Submit(task))
+				}
+			})
+		}
+		wg.Wait()
+		p.StopWait()
+		require.Equal(t, int64(200*100), ran.Load())
+		require.Equal(t, uint64(200*100), p.Status().Submitted)
+	}
+}
