@@ -20,6 +20,12 @@ type result struct {
 	PeakHeap       uint64  // bytes; see samplerMethod
 	TaskNs         float64 // cpu workload: one task's time, run serially
 	Procs          int     // GOMAXPROCS
+	// OtherCPU is the share of the machine's CPU that other processes
+	// used during the timed span; -1 if unknown. See cpuMeter.
+	OtherCPU float64
+	// Retries is how many disturbed runs the parent threw away before
+	// this one; the child leaves it 0.
+	Retries int
 }
 
 // The run under way. Users read it from package variables rather than from
@@ -68,6 +74,7 @@ func runChild(p peer, w workload, quick bool) error {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	s := startSampler(time.Millisecond)
+	meter := startCPUMeter()
 	start := time.Now()
 
 	curPool, curTasks = p.new(maxWorkers, task), tasks
@@ -79,6 +86,10 @@ func runChild(p peer, w workload, quick bool) error {
 	curPool.Close()
 
 	r.WallNs = int64(time.Since(start))
+	r.OtherCPU = -1
+	if share, ok := meter.otherShare(runtime.NumCPU()); ok {
+		r.OtherCPU = share
+	}
 	r.PeakGoroutines, r.PeakHeap = s.Stop()
 	runtime.ReadMemStats(&after)
 	r.Mallocs = after.Mallocs - before.Mallocs

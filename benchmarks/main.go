@@ -30,6 +30,8 @@ func main() {
 		out       = flag.String("out", "RESULTS.md", "Markdown report to write")
 		svg       = flag.String("svg", "../docs/benchmarks.svg", "SVG chart to write")
 		timeout   = flag.Duration("timeout", 10*time.Minute, "limit on one measurement")
+		maxOther  = flag.Float64("max-other", 0.10, "run a measurement again if other processes took more than this share of the CPU")
+		retries   = flag.Int("retries", 2, "most times to run a disturbed measurement again")
 		child     = flag.Bool("child", false, "internal: measure one pool on one workload")
 		childPool = flag.String("pool", "", "internal: the pool -child measures")
 		childWork = flag.String("workload", "", "internal: the workload -child runs")
@@ -50,7 +52,8 @@ func main() {
 		return
 	}
 
-	cfg := config{quick: *quick, reps: *reps, out: *out, svg: *svg, timeout: *timeout}
+	cfg := config{quick: *quick, reps: *reps, out: *out, svg: *svg, timeout: *timeout,
+		maxOther: *maxOther, retries: *retries}
 	if cfg.quick {
 		cfg.reps = 1
 	}

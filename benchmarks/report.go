@@ -25,7 +25,11 @@ func report(e env, t table, svgLink string) string {
 	p("Machine: %s, %d cores, GOMAXPROCS %d, %s, %s. ", e.cpuModel, e.cores, e.procs, e.platform, e.goVersion)
 	p("A tiny task takes %s and a CPU-bound task %s when run serially.", duration(e.tinyNs), duration(e.cpuNs))
 	if e.otherCPU >= 0 {
-		p(" Other processes used %.0f%% of the machine's CPU during the run (/proc/stat less the run's own CPU time).", 100*e.otherCPU)
+		p(" Other processes used %.0f%% of the machine's CPU during the run (/proc/stat less the run's own CPU time)", 100*e.otherCPU)
+		if !math.IsNaN(t.otherMedian) {
+			p(", a median %.0f%% and at most %.0f%% during the %d measurements kept", 100*t.otherMedian, 100*t.otherMax, t.measurements)
+		}
+		p("; %d measurements were run again because others took more than %.0f%%.", t.retried, 100*e.maxOther)
 	}
 	p("\n\n")
 	if svgLink != "" {

@@ -22,6 +22,11 @@ type config struct {
 	workloads []workload
 	out, svg  string
 	timeout   time.Duration
+	// A measurement during which other processes used more than
+	// maxOther of the machine's CPU is run again, up to retries times,
+	// and the least disturbed try is kept.
+	maxOther float64
+	retries  int
 }
 
 // choose sets the peers and workloads from comma-separated lists of names;
@@ -73,7 +78,7 @@ func run(cfg config, command string) error {
 	for rep := range cfg.reps {
 		for wi, w := range cfg.workloads {
 			for _, p := range rotate(cfg.peers, rep+wi) {
-				r, err := runOne(self, cfg, p, w)
+				r, err := measure(self, cfg, p, w)
 				if err != nil {
 					return err
 				}
@@ -121,6 +126,28 @@ func rotate(ps []peer, n int) []peer {
 }
 
 func cellKey(workload, pool string) string { return workload + "/" + pool }
+
+// measure runs pool p on workload w, again if other processes disturbed
+// the run (see config.maxOther), and returns the least disturbed result.
+func measure(self string, cfg config, p peer, w workload) (result, error) {
+	var best result
+	tries := 0
+	for tries <= cfg.retries {
+		r, err := runOne(self, cfg, p, w)
+		if err != nil {
+			return result{}, err
+		}
+		if tries++; tries == 1 || r.OtherCPU < best.OtherCPU {
+			best = r
+		}
+		if r.OtherCPU <= cfg.maxOther {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "  %s on %s: other processes took %.0f%% of the CPU\n", p.name, w.key, 100*r.OtherCPU)
+	}
+	best.Retries = tries - 1
+	return best, nil
+}
 
 // runOne runs pool p on workload w in a child process and returns its
 // result. A child that fails, for a miscount or anything else, fails the

@@ -22,6 +22,7 @@ type env struct {
 	// otherCPU is the share of the machine's CPU that other processes
 	// used during the run; negative if unknown.
 	otherCPU float64
+	maxOther float64 // config.maxOther
 }
 
 func describeEnv(command string, cfg config) env {
@@ -29,6 +30,7 @@ func describeEnv(command string, cfg config) env {
 		command:   command,
 		quick:     cfg.quick,
 		reps:      cfg.reps,
+		maxOther:  cfg.maxOther,
 		date:      time.Now().UTC(),
 		cpuModel:  cpuModel(),
 		cores:     runtime.NumCPU(),
@@ -65,6 +67,11 @@ type row struct {
 type table struct {
 	peers []peer
 	rows  []row
+	// Disturbance by other processes: measurements kept, those run again
+	// first, and the median and largest share of the CPU that other
+	// processes took during the kept ones (NaN if unknown).
+	measurements, retried int
+	otherMedian, otherMax float64
 }
 
 // isOther reports whether p can be the "best other" pool that ours is
@@ -99,6 +106,21 @@ func summarize(cfg config, runs map[string][]result) table {
 			}
 		}
 		t.rows = append(t.rows, r)
+	}
+	var others []float64
+	for _, rs := range runs {
+		for _, r := range rs {
+			t.measurements++
+			t.retried += r.Retries
+			if r.OtherCPU >= 0 {
+				others = append(others, r.OtherCPU)
+			}
+		}
+	}
+	t.otherMedian, t.otherMax = math.NaN(), math.NaN()
+	if len(others) > 0 {
+		slices.Sort(others)
+		t.otherMedian, t.otherMax = others[len(others)/2], others[len(others)-1]
 	}
 	return t
 }
