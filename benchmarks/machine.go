@@ -49,6 +49,20 @@ func (m cpuMeter) otherShare(cores int) (float64, bool) {
 	return max(0, float64(other)/float64(time.Since(m.start)*time.Duration(cores))), true
 }
 
+// waitQuiet waits, for at most limit, until other processes take at most
+// share of the machine's CPU over half a second, and reports whether they
+// did. This process must be idle meanwhile.
+func waitQuiet(share float64, cores int, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		m := startCPUMeter()
+		time.Sleep(500 * time.Millisecond)
+		if other, ok := m.otherShare(cores); !ok || other <= share {
+			return true
+		}
+	}
+	return false
+}
+
 // machineBusy returns the CPU time all processes on the machine used since
 // boot, steal time included, from the first line of /proc/stat.
 func machineBusy() (time.Duration, bool) {

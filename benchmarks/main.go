@@ -31,7 +31,7 @@ func main() {
 		svg       = flag.String("svg", "../docs/benchmarks.svg", "SVG chart to write")
 		timeout   = flag.Duration("timeout", 10*time.Minute, "limit on one measurement")
 		maxOther  = flag.Float64("max-other", 0.10, "run a measurement again if other processes took more than this share of the CPU")
-		retries   = flag.Int("retries", 2, "most times to run a disturbed measurement again")
+		retries   = flag.Int("retries", 2, "most times to run a disturbed measurement again (0 with -quick)")
 		child     = flag.Bool("child", false, "internal: measure one pool on one workload")
 		childPool = flag.String("pool", "", "internal: the pool -child measures")
 		childWork = flag.String("workload", "", "internal: the workload -child runs")
@@ -53,9 +53,10 @@ func main() {
 	}
 
 	cfg := config{quick: *quick, reps: *reps, out: *out, svg: *svg, timeout: *timeout,
-		maxOther: *maxOther, retries: *retries}
+		maxOther: *maxOther, retries: *retries, quietWait: 5 * time.Minute}
 	if cfg.quick {
-		cfg.reps = 1
+		// A smoke test: no time spent on a busy machine.
+		cfg.reps, cfg.retries = 1, 0
 	}
 	err := cfg.choose(*poolList, *workList)
 	if err == nil {

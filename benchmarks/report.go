@@ -58,7 +58,8 @@ func report(e env, t table, svgLink string) string {
 	p("\n## Every pool, per workload\n\n")
 	p("ns/task is the wall time from creating the pool to the end of its teardown, divided by the tasks; ")
 	p("× best other divides it by the best other pool's. Allocations and bytes are runtime.MemStats deltas ")
-	p("over the same span, per task; %s.\n", samplerMethod)
+	p("over the same span, per task; %s. Others' CPU is the share of the machine's CPU that other processes took ", samplerMethod)
+	p("during the measurement (median): above a few per cent, that row is noisy.\n")
 	for _, r := range t.rows {
 		p("\n### %s: %s\n\n", r.w.title, r.w.label(e.quick))
 		cpu := r.w.kind == cpu
@@ -66,11 +67,11 @@ func report(e env, t table, svgLink string) string {
 			p("Ideal wall time is the tasks' CPU time, measured by running tasks serially in the same process, ")
 			p("divided by GOMAXPROCS. Target: within 5%% of it.\n\n")
 		}
-		p("| pool | ns/task | × best other | allocs/task | B/task | peak goroutines | peak heap |")
+		p("| pool | ns/task | × best other | allocs/task | B/task | peak goroutines | peak heap | others' CPU |")
 		if cpu {
 			p(" wall | ideal | × ideal |")
 		}
-		p("\n|---|---:|---:|---:|---:|---:|---:|")
+		p("\n|---|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
 			p("---:|---:|---:|")
 		}
@@ -83,8 +84,8 @@ func report(e env, t table, svgLink string) string {
 			if i == ours {
 				name = "**ours**"
 			}
-			p("| %s | %s | %s | %.2f | %.0f | %.0f | %s |", name, nanos(c.ns), ratio(c.vsBest),
-				c.allocs, c.bytes, c.goroutines, bytesize(c.heap))
+			p("| %s | %s | %s | %.2f | %.0f | %.0f | %s | %s |", name, nanos(c.ns), ratio(c.vsBest),
+				c.allocs, c.bytes, c.goroutines, bytesize(c.heap), percent(c.other))
 			if cpu {
 				p(" %s | %s | %.3f× |", duration(time.Duration(c.wall)), duration(time.Duration(c.ideal)), c.vsIdeal)
 			}
@@ -126,6 +127,14 @@ func relLink(from, target string) string {
 		return target
 	}
 	return filepath.ToSlash(rel)
+}
+
+// percent formats a share as "12%", or "–" for NaN.
+func percent(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x)
 }
 
 // nanos formats a time per task in ns, with a decimal below 100.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,9 @@ type config struct {
 	// and the least disturbed try is kept.
 	maxOther float64
 	retries  int
+	// quietWait is what is left of the time the run may spend waiting for
+	// a quiet machine before retries.
+	quietWait time.Duration
 }
 
 // choose sets the peers and workloads from comma-separated lists of names;
@@ -78,7 +82,7 @@ func run(cfg config, command string) error {
 	for rep := range cfg.reps {
 		for wi, w := range cfg.workloads {
 			for _, p := range rotate(cfg.peers, rep+wi) {
-				r, err := measure(self, cfg, p, w)
+				r, err := measure(self, &cfg, p, w)
 				if err != nil {
 					return err
 				}
@@ -129,7 +133,9 @@ func cellKey(workload, pool string) string { return workload + "/" + pool }
 
 // measure runs pool p on workload w, again if other processes disturbed
 // the run (see config.maxOther), and returns the least disturbed result.
-func measure(self string, cfg config, p peer, w workload) (result, error) {
+// Before running it again it waits, up to a minute, for the machine to be
+// quiet, within cfg.quietWait.
+func measure(self string, cfg *config, p peer, w workload) (result, error) {
 	var best result
 	tries := 0
 	for tries <= cfg.retries {
@@ -144,6 +150,13 @@ func measure(self string, cfg config, p peer, w workload) (result, error) {
 			break
 		}
 		fmt.Fprintf(os.Stderr, "  %s on %s: other processes took %.0f%% of the CPU\n", p.name, w.key, 100*r.OtherCPU)
+		if tries <= cfg.retries && cfg.quietWait > 0 {
+			start := time.Now()
+			if !waitQuiet(cfg.maxOther, runtime.NumCPU(), min(time.Minute, cfg.quietWait)) {
+				fmt.Fprintf(os.Stderr, "  the machine stayed busy\n")
+			}
+			cfg.quietWait -= time.Since(start)
+		}
 	}
 	best.Retries = tries - 1
 	return best, nil
@@ -152,7 +165,7 @@ func measure(self string, cfg config, p peer, w workload) (result, error) {
 // runOne runs pool p on workload w in a child process and returns its
 // result. A child that fails, for a miscount or anything else, fails the
 // whole run.
-func runOne(self string, cfg config, p peer, w workload) (result, error) {
+func runOne(self string, cfg *config, p peer, w workload) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	args := []string{"-child", "-pool", p.name, "-workload", w.key,

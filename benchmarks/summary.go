@@ -54,6 +54,7 @@ type cell struct {
 	ideal      float64 // cpu workload: ideal wall ns
 	vsIdeal    float64 // cpu workload: wall / ideal
 	vsBest     float64 // ns / the best other pool's ns; NaN if there is none
+	other      float64 // share of the CPU other processes took; NaN if unknown
 }
 
 // A row is one workload, with a cell per peer.
@@ -153,5 +154,11 @@ func median(rs []result) cell {
 		wall:       of(func(r result) float64 { return float64(r.WallNs) }),
 		ideal:      of(ideal),
 		vsIdeal:    of(func(r result) float64 { return float64(r.WallNs) / ideal(r) }),
+		other: of(func(r result) float64 {
+			if r.OtherCPU < 0 {
+				return math.NaN()
+			}
+			return r.OtherCPU
+		}),
 	}
 }
