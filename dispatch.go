@@ -234,9 +234,9 @@ func (d *dispatcher) start(t job) {
 // front returns the task at the front of the queue, which must not be empty.
 func (d *dispatcher) front() job {
 	if fn := d.queue.Front(); fn != nil {
-		return job{fn: fn}
+		return job{fn: fn, queued: true}
 	}
-	return job{w: d.waiters.Front()}
+	return job{w: d.waiters.Front(), queued: true}
 }
 
 // push appends t to the queue.

@@ -2,6 +2,7 @@ package workerpool
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,9 @@ type job struct {
 	fn func()
 	w  waiter
 	c  *control
+	// queued says the dispatcher offered the job from its queue, so it
+	// may have more to offer.
+	queued bool
 }
 
 // A waiter is a task whose submitter learns what became of it: the task of
@@ -108,9 +112,27 @@ func (p *Pool) runWorker(w *worker, t job) {
 			p.run(t, true)
 		}
 		w.parkedAt.Store(p.tick.Load() + 1)
-		var open bool
-		t, open = <-p.work
+		var open, yield bool
+		if t.queued {
+			// The dispatcher may be offering the next queued task.
+			select {
+			case t, open = <-p.work:
+				yield = true
+			default:
+				t, open = <-p.work
+			}
+		} else {
+			t, open = <-p.work
+		}
 		w.parkedAt.Store(0)
+		if yield && t.queued {
+			// Taking the offer without waiting made the dispatcher
+			// runnable on this thread, where this task would hold it
+			// up: no other worker could take a queued task until the
+			// task ends, microseconds for a long one. Let the
+			// dispatcher offer the next one first.
+			runtime.Gosched()
+		}
 		if !open {
 			// The dispatcher is exiting and counts down no more.
 			p.stats.workers.Add(-1)
