@@ -4,8 +4,8 @@
 //
 // Run it from this directory:
 //
-//	go run .         # full: 5 repetitions, about 10 minutes on 2 cores
-//	go run . -quick  # one repetition of smaller workloads, under 2 minutes
+//	go run .         # full: 5 repetitions, a few minutes on 2 cores
+//	go run . -quick  # one repetition of smaller workloads, seconds
 //
 // Each measurement runs in a fresh process: the command re-executes its own
 // binary with -child, which runs one pool on one workload and prints the

@@ -29,7 +29,11 @@ func report(e env, t table, svgLink string) string {
 		if !math.IsNaN(t.otherMedian) {
 			p(", a median %.0f%% and at most %.0f%% during the %d measurements kept", 100*t.otherMedian, 100*t.otherMax, t.measurements)
 		}
-		p("; %d measurements were run again because others took more than %.0f%%.", t.retried, 100*e.maxOther)
+		if e.quick {
+			p("; quick mode runs no measurement again.")
+		} else {
+			p("; %d measurements were run again because others took more than %.0f%%.", t.retried, 100*e.maxOther)
+		}
 	}
 	p("\n\n")
 	if svgLink != "" {
