@@ -100,20 +100,23 @@ func ownCPU() time.Duration {
 	return total
 }
 
+// libraryPaths are the git pathspecs of the library under test, from the
+// parent directory: its top-level Go files and module files, so that an
+// edit to the README or to this module is not a change of library.
+var libraryPaths = []string{":(glob)*.go", "go.mod", "go.sum"}
+
 // libraryVersion describes the last commit that changed the library under
-// test (the parent directory, less benchmarks/ and docs/), with "+ local
-// changes" if its tracked files differ from it, or returns "" if git cannot
-// tell.
+// test, with "+ local changes" if its files differ from that commit, or
+// returns "" if git cannot tell.
 func libraryVersion() string {
-	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %cs %s",
-		"--", ".", ":!benchmarks", ":!docs").Output()
+	args := append([]string{"-C", "..", "log", "-1", "--format=%h %cs %s", "--"}, libraryPaths...)
+	out, err := exec.Command("git", args...).Output()
 	if err != nil {
 		return ""
 	}
 	v := strings.TrimSpace(string(out))
-	// Only tracked files: a new file elsewhere in the tree is not a change
-	// to the library under test.
-	if exec.Command("git", "-C", "..", "diff", "--quiet", "HEAD", "--", ".", ":!benchmarks", ":!docs").Run() != nil {
+	args = append([]string{"-C", "..", "diff", "--quiet", "HEAD", "--"}, libraryPaths...)
+	if exec.Command("git", args...).Run() != nil {
 		v += " + local changes"
 	}
 	return v
