@@ -264,13 +264,18 @@ func (d *dispatcher) pop() job {
 // they parked, so each quit sent reaches one of them.
 func (d *dispatcher) reap() {
 	tick := d.p.tick.Add(1)
-	n := min(d.parkedSince(tick-1), d.workers-d.cfg().minWorkers)
+	d.quitParked(min(d.parkedSince(tick-1), d.workers-d.cfg().minWorkers))
+}
+
+// quitParked tells up to n parked workers, longest parked first, to exit:
+// fewer if fewer are parked.
+func (d *dispatcher) quitParked(n int) {
 	for range n {
 		select {
 		case d.p.work <- job{}:
 			d.setWorkers(d.workers - 1)
 		default:
-			return // it came back to work meanwhile
+			return
 		}
 	}
 }
@@ -300,15 +305,7 @@ func (d *dispatcher) parkedSince(tick uint64) int {
 func (d *dispatcher) resize(n int) {
 	d.max = n
 	d.p.stats.maxWorkers.Store(int64(n))
-	for d.workers > d.max {
-		select {
-		case d.p.work <- job{}:
-			d.setWorkers(d.workers - 1)
-			continue
-		default:
-		}
-		break
-	}
+	d.quitParked(d.workers - d.max)
 	d.fill()
 }
 
@@ -395,9 +392,13 @@ func (d *dispatcher) pause(c *control) {
 
 // checkPauseAck answers the current pause once no task is running.
 func (d *dispatcher) checkPauseAck() {
-	if d.pauseAck == nil || d.started != d.p.stats.finished.Load() {
-		return
+	if d.pauseAck != nil && d.started == d.p.stats.finished.Load() {
+		d.ackPause()
 	}
+}
+
+// ackPause lets the current Pause return and stops the workers' signals.
+func (d *dispatcher) ackPause() {
 	close(d.pauseAck)
 	d.pauseAck = nil
 	d.p.wantIdle.Store(false)
@@ -408,11 +409,7 @@ func (d *dispatcher) checkPauseAck() {
 // with none, the pool resumes handing out tasks.
 func (d *dispatcher) endPause() {
 	if d.pauseAck != nil {
-		// Its caller waits no longer for running tasks.
-		close(d.pauseAck)
-		d.pauseAck = nil
-		d.p.wantIdle.Store(false)
-		d.idleWake = nil
+		d.ackPause() // its caller waits no longer for running tasks
 	}
 	d.paused, d.pauseEnd = false, nil
 	for d.pauses.Len() > 0 && !d.paused {

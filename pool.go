@@ -304,12 +304,21 @@ func (p *Pool) requestDrain() {
 
 // request sends c to the dispatcher, unless it has exited. It does not wait
 // for c.done.
-func (p *Pool) request(c *control) {
+func (p *Pool) request(c *control) { p.send(c, p.done, nil) }
+
+// send sends c to the dispatcher on p.tasks, where it waits for submissions
+// alone, or on p.control, which it receives otherwise. It gives up, and
+// returns false, once either of the two channels is closed (nil: never).
+func (p *Pool) send(c *control, giveUp1, giveUp2 <-chan struct{}) bool {
 	select {
 	case p.tasks <- job{c: c}:
 	case p.control <- c:
-	case <-p.done:
+	case <-giveUp1:
+		return false
+	case <-giveUp2:
+		return false
 	}
+	return true
 }
 
 // clock forwards the reaping ticker's ticks to the dispatcher until exiting
@@ -319,10 +328,7 @@ func (p *Pool) clock(ticks <-chan time.Time, exiting <-chan struct{}) {
 	for {
 		select {
 		case <-ticks:
-			select {
-			case p.tasks <- job{c: tickRequest}:
-			case p.control <- tickRequest:
-			case <-exiting:
+			if !p.send(tickRequest, exiting, nil) {
 				return
 			}
 		case <-exiting:
@@ -365,18 +371,11 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 // at once. A ctx that is never done pauses the pool until it is stopped.
 func (p *Pool) Pause(ctx context.Context) {
 	c := &control{pause: ctx, done: make(chan struct{})}
+	if !p.send(c, p.stopping, ctx.Done()) {
+		return
+	}
 	select {
-	case p.tasks <- job{c: c}:
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-		}
-	case p.control <- c:
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-		}
-	case <-p.stopping:
+	case <-c.done:
 	case <-ctx.Done():
 	}
 }
