@@ -33,6 +33,8 @@ type dispatcher struct {
 	all     []*worker // every worker started, for reaping; exited ones are dropped at each tick
 	max     int       // the current maximum (Resize changes it)
 	started uint64    // tasks handed to workers; published as stats.started
+	// finishedBefore is stats.finished at the last check of letWorkersRun.
+	finishedBefore uint64
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
@@ -180,13 +182,7 @@ func (d *dispatcher) cfg() *config { return &d.p.cfg }
 // parked worker, else to a new one, else to the queue.
 func (d *dispatcher) accept(t job) {
 	if d.p.stats.submitted.Add(1)%64 == 0 {
-		// Each task readies a worker and then the next submitter, and
-		// the runtime runs the goroutine readied last first, inheriting
-		// the time slice. On one P that chain of dispatcher and
-		// submitters can keep the workers waiting in the run queue
-		// indefinitely (seen: 21 s at GOMAXPROCS=1). Stepping out of the
-		// chain now and then lets them run.
-		runtime.Gosched()
+		d.letWorkersRun()
 	}
 	if d.queue.Len() == 0 && !d.paused && d.workers <= d.max {
 		select {
@@ -202,6 +198,21 @@ func (d *dispatcher) accept(t job) {
 		}
 	}
 	d.push(t)
+}
+
+// letWorkersRun yields if no task finished over the last 64 accepted while
+// some were handed out. Each task readies a worker and then the next
+// submitter, and the runtime runs the goroutine readied last first,
+// inheriting the time slice, so on one P the dispatcher and busy
+// submitters can keep the workers waiting in the run queue indefinitely
+// (seen: 21 s at GOMAXPROCS=1). Stepping out of that chain lets them run;
+// while tasks finish, nothing is starved and it costs nothing.
+func (d *dispatcher) letWorkersRun() {
+	finished := d.p.stats.finished.Load()
+	if finished == d.finishedBefore && d.started > finished {
+		runtime.Gosched()
+	}
+	d.finishedBefore = finished
 }
 
 // fill hands queued tasks to parked workers, then to new ones up to max. It
