@@ -3,7 +3,6 @@ package workerpool
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 )
 
 // A Group runs related tasks on a pool and collects their first error, as
@@ -24,28 +23,34 @@ type Group struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// wg counts tasks the group took and has not yet accounted for: Add
-	// before a task is submitted, Done once finish has recorded it (or once
-	// the submission failed and was recorded).
-	wg sync.WaitGroup
-
-	skipped atomic.Int64 // tasks taken whose fn never ran
-
-	mu  sync.Mutex
-	err error // the first failure; guarded by mu
+	// The group's accounts, guarded by mu. A task given to the group is
+	// queued in the pool, then running, then ended; or it is skipped.
+	// Wait waits while any task is queued or running. Once the group's
+	// context is done, closed is set and the queued tasks are all counted
+	// as skipped at once, rather than one by one as workers reach them,
+	// which may take long on a paused or busy pool.
+	mu      sync.Mutex
+	err     error // the first failure
+	skipped int   // tasks taken whose fn never ran
+	queued  int   // in the pool, not started; 0 once closed
+	running int   // started and not ended
+	closed  bool
+	waiting bool          // Wait was called
+	idle    chan struct{} // closed once Wait was called and no task is queued or running
 }
 
 // Group returns a new, empty group of tasks that run on p. Its context is
 // derived from ctx (see [Group.Context]); tasks that have not started when
 // ctx is done are skipped. A group costs a few allocations of its own,
-// whatever its number of tasks: the Group and its cancellable context.
+// whatever its number of tasks: the Group, its cancellable context and the
+// channel that releases Wait.
 // Group panics if ctx is nil.
 func (p *Pool) Group(ctx context.Context) *Group {
 	if ctx == nil {
 		panic("workerpool: Group with a nil context")
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	return &Group{p: p, ctx: ctx, cancel: cancel}
+	return &Group{p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
 }
 
 // Context returns the group's context, the one passed to its tasks. It is
@@ -96,7 +101,17 @@ func (g *Group) TryGo(fn func(ctx context.Context) error) bool {
 // returns. Calling Wait from inside a task of the same pool can deadlock, as
 // [Pool.SubmitWait] can.
 func (g *Group) Wait() error {
-	g.wg.Wait()
+	g.mu.Lock()
+	g.waiting = true
+	g.settleLocked()
+	g.mu.Unlock()
+	select {
+	case <-g.idle:
+	case <-g.ctx.Done():
+		// Skip the queued tasks now, and wait for the running ones.
+		g.close()
+		<-g.idle
+	}
 	err := g.firstErr()
 	g.cancel(err)
 	return err
@@ -108,10 +123,14 @@ func (g *Group) Wait() error {
 // turned away are not counted. The count is final once [Group.Wait] has
 // returned.
 //
-// A task skipped after a worker took it still counts in [Pool.Status] as
-// Completed, as the pool ran the wrapper that skipped it; one skipped in Go
-// never reached the pool.
-func (g *Group) Skipped() int { return int(g.skipped.Load()) }
+// A task skipped while it waited in the pool's queue stays there until a
+// worker reaches it and runs the wrapper that skips it at once; [Pool.Status]
+// then counts it as Completed. One skipped in Go never reached the pool.
+func (g *Group) Skipped() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.skipped
+}
 
 // submit is Go, or TryGo if try is set; it reports whether the group took
 // fn.
@@ -120,12 +139,11 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 	case fn == nil && try:
 		return false
 	case fn == nil:
-		g.skipped.Add(1)
-		g.fail(ErrNilTask)
+		g.record(ErrNilTask)
 		return true
 	case g.ctx.Err() != nil:
-		// Cancelled already: skip fn without bothering the pool.
-		g.skip()
+		// Skip fn without bothering the pool.
+		g.record(context.Cause(g.ctx))
 		return true
 	}
 	overflow := g.p.cfg.overflow
@@ -135,51 +153,163 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 	return g.start(&groupTask{g: g, fn: fn}, overflow, try)
 }
 
-// start submits w, a task of the group whose do and finish account for it
-// with g.skip, g.fail and g.ended. Giving up because the group's context is
-// done while waiting for room skips the task. A refusal by the pool is
-// recorded as a skipped task and the group's error, unless try is set: then
-// start returns false and records nothing.
+// start submits w, a task of the group whose do starts with g.begin and
+// whose finish ends with g.ended or g.leave. If the group's context is done,
+// start skips w without bothering the pool; if it ends while start waits
+// for room, w is skipped too. A refusal by the pool is recorded as a skipped
+// task and the group's error, unless try is set: then start returns false
+// and records nothing.
 func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
-	g.wg.Add(1)
-	err := g.p.submitWaiter(g.ctx, w, overflow)
-	if err == nil {
-		return true // the pool calls w.finish, which calls g.ended
+	if !g.enter() {
+		g.record(context.Cause(g.ctx))
+		return true
 	}
-	// Record before Done, so that Wait sees it.
-	defer g.wg.Done()
+	err := g.p.submitWaiter(g.ctx, w, overflow)
 	switch {
+	case err == nil:
+		// The pool calls w.finish.
 	case err == g.ctx.Err():
-		g.skip()
+		g.leave(true, context.Cause(g.ctx))
 	case try:
+		g.leave(false, nil)
 		return false
 	default: // ErrStopped, or ErrQueueFull under Reject
-		g.skipped.Add(1)
-		g.fail(err)
+		g.leave(true, err)
 	}
 	return true
 }
 
-// skip counts a task that will not run because the group's context is done.
-// If no task failed, the context's cause (the parent's, or Canceled after
-// Wait) becomes the group's error: the task did not succeed.
-func (g *Group) skip() {
-	g.skipped.Add(1)
-	g.fail(context.Cause(g.ctx))
+// enter counts a task about to be submitted as queued, unless the group's
+// context is done: then it reports false.
+func (g *Group) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.ctx.Err() != nil {
+		return false
+	}
+	g.queued++
+	return true
+}
+
+// begin starts a queued task on a worker, and reports whether it may run:
+// not once the group's context is done.
+func (g *Group) begin() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false // counted as skipped by close
+	}
+	if g.ctx.Err() != nil {
+		g.closeLocked() // counts this one too
+		return false
+	}
+	g.queued--
+	g.running++
+	return true
+}
+
+// ended accounts for a task that ran: err is nil or its *PanicError.
+func (g *Group) ended(err error) {
+	g.mu.Lock()
+	g.running--
+	first := g.setErrLocked(err)
+	g.settleLocked()
+	g.mu.Unlock()
+	if first {
+		g.cancel(err)
+	}
+}
+
+// leave accounts for a queued task that did not run and never will,
+// counting it as skipped if skip is set, and records err (if not nil) as
+// the group's error if it is the first. If the group's context was done
+// first, close has already counted the task as skipped: then leave only
+// takes that back if skip is not set.
+func (g *Group) leave(skip bool, err error) {
+	g.mu.Lock()
+	switch {
+	case g.closed && !skip:
+		g.skipped--
+	case !g.closed:
+		g.queued--
+		if skip {
+			g.skipped++
+		}
+		g.settleLocked()
+	}
+	first := g.setErrLocked(err)
+	g.mu.Unlock()
+	if first {
+		g.cancel(err)
+	}
+}
+
+// close counts every queued task as skipped, once the group's context is
+// done.
+func (g *Group) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closeLocked()
+}
+
+func (g *Group) closeLocked() {
+	if g.closed {
+		return
+	}
+	g.closed = true
+	if g.queued > 0 {
+		g.skipped += g.queued
+		g.queued = 0
+		// The tasks did not succeed: unless one failed first, the
+		// context's cause (the parent's, or Canceled after Wait) is the
+		// group's error. The context is done already.
+		g.setErrLocked(context.Cause(g.ctx))
+		g.settleLocked()
+	}
+}
+
+// settleLocked releases Wait once no task is queued or running.
+func (g *Group) settleLocked() {
+	if g.waiting && g.queued+g.running == 0 {
+		select {
+		case <-g.idle: // released already
+		default:
+			close(g.idle)
+		}
+	}
+}
+
+// record counts a task as skipped, and err as the group's error if it is
+// the first.
+func (g *Group) record(err error) {
+	g.mu.Lock()
+	g.skipped++
+	first := g.setErrLocked(err)
+	g.mu.Unlock()
+	if first {
+		g.cancel(err)
+	}
 }
 
 // fail records err as the group's error if it is the first, and cancels the
 // group's context with it as the cause.
 func (g *Group) fail(err error) {
 	g.mu.Lock()
-	first := g.err == nil
-	if first {
-		g.err = err
-	}
+	first := g.setErrLocked(err)
 	g.mu.Unlock()
 	if first {
 		g.cancel(err)
 	}
+}
+
+// setErrLocked records err, if not nil, as the group's error if it is the
+// first, and reports whether it was.
+func (g *Group) setErrLocked(err error) bool {
+	if err == nil || g.err != nil {
+		return false
+	}
+	g.err = err
+	return true
 }
 
 // firstErr returns the group's error.
@@ -189,35 +319,29 @@ func (g *Group) firstErr() error {
 	return g.err
 }
 
-// ended accounts for a submitted task from its finish: err is nil after it
-// ran, its *PanicError, or ErrStopped if Stop dropped it before it started.
-func (g *Group) ended(err error) {
-	if err != nil {
-		if err == ErrStopped {
-			g.skipped.Add(1)
-		}
-		g.fail(err)
-	}
-	g.wg.Done()
-}
-
 // A groupTask is the waiter of one task given to [Group.Go]: 16 bytes.
 type groupTask struct {
 	g  *Group
-	fn func(context.Context) error
+	fn func(context.Context) error // nil once skipped by do
 }
 
 // do runs fn with the group's context, unless that is done: then fn is
 // skipped. A task that has started is never skipped.
 func (t *groupTask) do() {
-	g := t.g
-	if g.ctx.Err() != nil {
-		g.skip()
+	if !t.g.begin() {
+		t.fn = nil
 		return
 	}
-	if err := t.fn(g.ctx); err != nil {
-		g.fail(err)
+	if err := t.fn(t.g.ctx); err != nil {
+		t.g.fail(err)
 	}
 }
 
-func (t *groupTask) finish(err error) { t.g.ended(err) }
+func (t *groupTask) finish(err error) {
+	switch {
+	case err == ErrStopped: // dropped by Stop before it started
+		t.g.leave(true, err)
+	case t.fn != nil: // it ran
+		t.g.ended(err)
+	}
+}
