@@ -899,11 +899,20 @@ func (m *fuzzModel) finish() {
 	m.identifying.Store(true)
 	var returned, lists int
 	for _, st := range m.stops {
-		if st.kind == opShutdown && st.err == nil && st.tasks != nil {
-			m.failf("Shutdown returned %d tasks and a nil error", len(st.tasks))
-		}
-		if st.err != nil && (!st.deadline || !errors.Is(st.err, context.DeadlineExceeded)) {
-			m.failf("Shutdown returned %v", st.err)
+		if st.kind == opShutdown {
+			// Shutdown's error says whether every accepted task ran: nil,
+			// or its ctx's error if that is done, or ErrStopped.
+			dropped := s.Abandoned > 0
+			switch {
+			case st.err == nil && st.tasks != nil:
+				m.failf("Shutdown returned %d tasks and a nil error", len(st.tasks))
+			case !dropped && st.err != nil:
+				m.failf("Shutdown returned %v, but no task was dropped", st.err)
+			case dropped && st.err == nil:
+				m.failf("Shutdown returned nil, but %d tasks were dropped", s.Abandoned)
+			case dropped && st.err != workerpool.ErrStopped && !(st.deadline && errors.Is(st.err, context.DeadlineExceeded)):
+				m.failf("Shutdown returned %v", st.err)
+			}
 		}
 		if len(st.tasks) > 0 {
 			lists++

@@ -72,19 +72,20 @@ func WithOverflow(o Overflow) Option {
 	return func(c *config) { c.overflow = o }
 }
 
-// WithPanicHandler sets the function called, on the goroutine that ran the task,
-// with every panic of a task that has no waiting caller ([Pool.SubmitWait]
-// returns its task's panic instead). The pool keeps its full capacity either
-// way. The default logs the panic and its stack with [slog.Error]; nil
-// restores the default. A panic in h itself is not recovered: it crashes
-// the program, as any unrecovered panic does.
+// WithPanicHandler sets the function called, on the goroutine that ran the
+// task, with every panic of a task that has no waiting caller
+// ([Pool.SubmitWait] returns its task's panic instead). The task counts as
+// completed before h is called. The pool keeps its full capacity either
+// way, even if h calls [runtime.Goexit]. The default logs the panic and its
+// stack with [slog.Error]; nil restores the default. A panic in h itself is
+// not recovered: it crashes the program, as any unrecovered panic does,
+// also when the task ran in its submitter under [CallerRuns].
 func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.panicHandler = h }
 }
 
 // config is the pool's configuration after options were applied.
 type config struct {
-	maxWorkers   int
 	minWorkers   int
 	maxWaiting   int // 0: unbounded
 	idleTimeout  time.Duration
@@ -98,7 +99,7 @@ func newConfig(maxWorkers int, opts []Option) config {
 	if maxWorkers < 1 {
 		panic(fmt.Sprintf("workerpool: maxWorkers must be at least 1, got %d", maxWorkers))
 	}
-	c := config{maxWorkers: maxWorkers}
+	var c config
 	for i, opt := range opts {
 		if opt == nil {
 			panic(fmt.Sprintf("workerpool: option %d is nil", i))

@@ -2,8 +2,8 @@
 // worker goroutines.
 //
 // A [Pool] starts workers as tasks arrive, up to a maximum, queues the tasks
-// that find every worker busy, and stops workers that stay idle. Tasks start
-// in the order they were submitted.
+// that find every worker busy, and stops workers that stay idle. Tasks are
+// handed to workers in the order the pool accepted them.
 //
 //	p := workerpool.New(8)
 //	for _, job := range jobs {
@@ -19,8 +19,9 @@
 // wait on a second unbuffered channel, longest idle first. The dispatcher
 // gives a task to an idle worker if there is one, else starts a worker if
 // fewer than the maximum exist, else appends the task to the waiting queue,
-// from which workers take tasks in FIFO order as they come free. A worker idle for the idle timeout exits, between one and two
-// timeouts after it went idle, and the pool never shrinks below its minimum.
+// from which workers take tasks in FIFO order as they come free. A worker
+// idle for the idle timeout exits, between one and two timeouts after it
+// went idle, and the pool never shrinks below its minimum.
 //
 // The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
 // [WithOverflow] chooses what a submission to a full queue does: wait
@@ -38,7 +39,7 @@
 // them has taken effect, at the latest when it returns, every submission
 // fails with [ErrStopped], and a [Pool.SubmitWait] whose task was dropped
 // returns ErrStopped. When they return, every goroutine the pool started
-// has exited.
+// has exited, or has at most its return left to do.
 //
 // Calling Stop, StopWait, Shutdown, SubmitWait, or Pause with a ctx that is
 // never done, from inside a task of the same pool can deadlock: the task
@@ -52,7 +53,8 @@
 // which by default logs it. A task that calls [runtime.Goexit] likewise
 // costs no capacity; but a task that [CallerRuns] runs in its submitter
 // ends the submitter's goroutine if it calls Goexit, so that its Submit
-// never returns. The pool itself panics only on a programming error: an
+// never returns. A panic in the panic handler ends the program, wherever
+// the task ran. The pool itself panics only on a programming error: an
 // impossible configuration in [New], or a [Pool.Resize] to an impossible
 // size.
 package workerpool
@@ -63,7 +65,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Errors returned by the pool. Each says why a task was not accepted.
@@ -100,34 +101,40 @@ type Pool struct {
 	// tells them all.
 	work chan job
 	// control carries Pause, Resize, Stop, StopWait, Shutdown and clock
-	// requests to the dispatcher, which receives them until it exits.
+	// requests to the dispatcher, which receives them until its loop ends.
 	// While it waits for submissions alone, it receives them on tasks.
-	control chan *control
+	control chan *request
 	// idleWake (buffer 1) is signalled by a worker finishing a task while
 	// wantIdle is set, which the dispatcher does while a Pause waits for
 	// running tasks to end.
 	idleWake chan struct{}
 	wantIdle atomic.Bool
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
-	// it when they park.
+	// it when they go idle.
 	tick atomic.Uint64
 
 	// stopCalled is won by the first Stop, drainCalled by the first
 	// StopWait or Shutdown; each then sends its request.
 	stopCalled, drainCalled atomic.Bool
 	// stopping is closed by the dispatcher when it takes either request:
-	// from then on it accepts nothing and every submission fails. done is
-	// closed by the dispatcher as its last act, after every worker exited.
-	stopping, done chan struct{}
+	// from then on it accepts nothing and every submission fails. closing
+	// is closed when its loop ends and the workers are told to exit: from
+	// then on it takes no requests. done is closed by the dispatcher as its
+	// last act, after every goroutine the pool started has exited.
+	stopping, closing, done chan struct{}
 
-	// wg counts worker goroutines; the dispatcher waits for it before done.
+	// wg counts the pool's goroutines other than the dispatcher: workers,
+	// the reaping clock and deadline mergers. The dispatcher waits for it
+	// before it closes done.
 	wg sync.WaitGroup
 
-	// abandoned holds the tasks Stop dropped; deadlinePassed says a
-	// Shutdown deadline dropped them before any Stop came. The dispatcher
-	// writes both before closing done; they are read after it.
-	abandoned      []func()
-	deadlinePassed bool
+	// abandoned holds the tasks that Stop or a Shutdown deadline dropped,
+	// and dropped says whether any task was dropped, waiters included. The
+	// dispatcher writes both before closing done; they are read after it,
+	// abandoned by the first caller to win claimed.
+	abandoned []func()
+	dropped   bool
+	claimed   atomic.Bool
 
 	stats stats
 }
@@ -144,13 +151,16 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		tasks:    make(chan job),
 		reject:   make(chan struct{}),
 		work:     make(chan job),
-		control:  make(chan *control),
+		control:  make(chan *request),
 		idleWake: make(chan struct{}, 1),
 		stopping: make(chan struct{}),
+		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
-	d := &dispatcher{p: p, max: maxWorkers, exiting: make(chan struct{})}
+	d := &dispatcher{p: p, max: maxWorkers}
+	d.clock.timeout = p.cfg.idleTimeout
+	d.publishWorkers()
 	for range p.cfg.minWorkers {
 		d.start(job{})
 	}
@@ -159,7 +169,8 @@ func New(maxWorkers int, opts ...Option) *Pool {
 }
 
 // Submit queues task to run on a worker and returns without waiting for it.
-// Tasks start in the order they were submitted.
+// Tasks are handed to workers in the order the pool accepted them; with
+// more than one worker, a later task may start before an earlier one has.
 //
 // If the waiting queue is bounded and full, Submit waits for room, returns
 // [ErrQueueFull] or runs task itself, as [WithOverflow] says. It returns
@@ -250,8 +261,8 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 	case <-reject:
 		// The bounded queue is full and this submitter does not wait.
 		if overflow == CallerRuns {
-			p.stats.submitted.Add(1)
-			p.run(t, false)
+			p.stats.callerSubmitted.Add(1)
+			p.run(t, nil)
 			return nil
 		}
 		p.stats.rejected.Add(1)
@@ -269,19 +280,25 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 // finish, and drops the tasks still waiting. It returns once every goroutine
 // the pool started has exited.
 //
-// The first call returns the dropped fire-and-forget tasks in submission
-// order, so the caller can run them elsewhere or save them; later calls,
-// and calls concurrent with it, return nil. Dropped [Pool.SubmitWait]
-// tasks are not returned: their callers get [ErrStopped]. Stop during a
-// [Pool.StopWait] or [Pool.Shutdown] drops what they had left to run, and
-// they return too.
+// One call of Stop or [Pool.Shutdown], the first to return, gets the
+// dropped fire-and-forget tasks, in the order the pool accepted them, so
+// that its caller can run them elsewhere or save them; the others get nil. Dropped [Pool.SubmitWait] tasks are not returned: their callers get
+// [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
+// they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
-	if !p.stopCalled.CompareAndSwap(false, true) {
-		<-p.done
+	if p.stopCalled.CompareAndSwap(false, true) {
+		p.request(&request{kind: stopRequest})
+	}
+	<-p.done
+	return p.claimAbandoned()
+}
+
+// claimAbandoned returns the dropped tasks to its first caller, nil to the
+// others. It must be called after p.done is closed.
+func (p *Pool) claimAbandoned() []func() {
+	if !p.claimed.CompareAndSwap(false, true) {
 		return nil
 	}
-	p.request(&control{stop: true})
-	<-p.done
 	tasks := p.abandoned
 	p.abandoned = nil
 	return tasks
@@ -292,27 +309,22 @@ func (p *Pool) Stop() []func() {
 // has exited. A [Pool.Stop] meanwhile makes it return early, with the rest
 // of the queue dropped.
 func (p *Pool) StopWait() {
-	p.requestDrain()
+	p.drainCalled.Store(true)
+	p.request(&request{kind: drainRequest})
 	<-p.done
 }
 
-func (p *Pool) requestDrain() {
-	if p.drainCalled.CompareAndSwap(false, true) {
-		p.request(&control{drain: true})
-	}
-}
+// request sends r to the dispatcher, unless its loop has ended. It does not
+// wait for r.done.
+func (p *Pool) request(r *request) bool { return p.send(r, p.closing, nil) }
 
-// request sends c to the dispatcher, unless it has exited. It does not wait
-// for c.done.
-func (p *Pool) request(c *control) { p.send(c, p.done, nil) }
-
-// send sends c to the dispatcher on p.tasks, where it waits for submissions
+// send sends r to the dispatcher on p.tasks, where it waits for submissions
 // alone, or on p.control, which it receives otherwise. It gives up, and
 // returns false, once either of the two channels is closed (nil: never).
-func (p *Pool) send(c *control, giveUp1, giveUp2 <-chan struct{}) bool {
+func (p *Pool) send(r *request, giveUp1, giveUp2 <-chan struct{}) bool {
 	select {
-	case p.tasks <- job{c: c}:
-	case p.control <- c:
+	case p.tasks <- job{r: r}:
+	case p.control <- r:
 	case <-giveUp1:
 		return false
 	case <-giveUp2:
@@ -321,45 +333,33 @@ func (p *Pool) send(c *control, giveUp1, giveUp2 <-chan struct{}) bool {
 	return true
 }
 
-// clock forwards the reaping ticker's ticks to the dispatcher until exiting
-// is closed.
-func (p *Pool) clock(ticks <-chan time.Time, exiting <-chan struct{}) {
-	defer p.wg.Done()
-	for {
-		select {
-		case <-ticks:
-			if !p.send(tickRequest, exiting, nil) {
-				return
-			}
-		case <-exiting:
-			return
-		}
-	}
-}
-
-// Shutdown is [Pool.StopWait] bounded by ctx. If every accepted task has run
-// before ctx is done, it returns nil, nil. Otherwise, when ctx is done, it
-// acts as [Pool.Stop]: running tasks finish (Shutdown waits for them), the
-// rest are dropped, and it returns the dropped fire-and-forget tasks and
-// ctx.Err(). No queued task starts once ctx is done, even one that a worker
-// finishing at that instant would otherwise take.
+// Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
+// runs the queued ones until ctx is done. Then it drops the rest, as
+// [Pool.Stop] does: no queued task starts once ctx is done, even one that a
+// worker finishing at that instant would otherwise take, and with a ctx
+// that is already done none starts at all. Either way Shutdown waits for
+// the running tasks and returns once every goroutine the pool started has
+// exited.
+//
+// Shutdown returns nil, nil if no accepted task was dropped, however late
+// it returns. If tasks were dropped, it returns the dropped fire-and-forget
+// tasks (unless another Stop or Shutdown call got them first, see
+// [Pool.Stop]) and ctx.Err(), or [ErrStopped] if ctx is not done: then a
+// concurrent Stop, or another Shutdown's deadline, dropped them.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
-	// One request stops accepting and has the dispatcher watch ctx, so
-	// that no queued task starts once ctx is done, however soon the Stop
-	// below comes.
 	p.drainCalled.Store(true)
-	p.request(&control{drain: true, deadline: ctx.Done()})
-	select {
-	case <-p.done:
-		// The pool may have finished only because the deadline dropped
-		// the queue, so that both cases were ready: then the dropped
-		// tasks must still be returned.
-		if !p.deadlinePassed || ctx.Err() == nil {
-			return nil, nil
-		}
-	case <-ctx.Done():
+	// One request stops accepting and has the dispatcher watch ctx, so
+	// that no queued task starts once ctx is done.
+	p.request(&request{kind: drainRequest, deadline: ctx.Done()})
+	<-p.done
+	if !p.dropped {
+		return nil, nil
 	}
-	return p.Stop(), ctx.Err()
+	err := ctx.Err()
+	if err == nil {
+		err = ErrStopped
+	}
+	return p.claimAbandoned(), err
 }
 
 // Pause stops handing out tasks until ctx is done, and returns once every
@@ -370,31 +370,30 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 // StopWait and Shutdown end every pause; Pause on a stopping pool returns
 // at once. A ctx that is never done pauses the pool until it is stopped.
 func (p *Pool) Pause(ctx context.Context) {
-	c := &control{pause: ctx, done: make(chan struct{})}
-	if !p.send(c, p.stopping, ctx.Done()) {
+	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
+	if !p.send(r, p.stopping, ctx.Done()) {
 		return
 	}
 	select {
-	case <-c.done:
+	case <-r.done:
 	case <-ctx.Done():
 	}
 }
 
 // Resize sets the maximum number of workers to n and returns once the pool
 // applies it. Raising it starts workers for waiting tasks; lowering it makes
-// idle workers above n exit at once and busy ones as their task ends. After
-// the pool stopped, Resize does nothing.
+// idle workers above n exit at once and busy ones as their task ends. Once
+// the pool has run or dropped every task it accepted and is only waiting
+// for running tasks to end, Resize does nothing.
 //
 // Resize panics if n < 1 or n is below the pool's MinWorkers.
 func (p *Pool) Resize(n int) {
 	if n < 1 || n < p.cfg.minWorkers {
 		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
 	}
-	c := &control{resize: n, done: make(chan struct{})}
-	p.request(c)
-	select {
-	case <-c.done:
-	case <-p.done:
+	r := &request{kind: resizeRequest, n: n, done: make(chan struct{})}
+	if p.request(r) {
+		<-r.done
 	}
 }
 

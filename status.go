@@ -37,9 +37,14 @@ func (s State) String() string {
 }
 
 // Status is a snapshot of a pool's state and counters, taken by
-// [Pool.Status]. Each field is read atomically on its own, so while tasks
-// are moving the fields may come from slightly different instants. At rest
-// (no submission, hand-off or completion in progress) they balance:
+// [Pool.Status].
+//
+// Every snapshot is in range: 0 <= Busy <= Workers, Idle = Workers - Busy,
+// Workers <= PeakWorkers, Waiting <= PeakWaiting, Completed <= Submitted,
+// and the counters never decrease from one snapshot to the next. Busy and
+// Completed come from the same instant. The other fields are read one by
+// one, so while tasks move they may come from slightly different instants;
+// at rest (no submission, hand-off or completion in progress) they balance:
 //
 //	Submitted == Completed + Abandoned + Waiting + Busy
 //
@@ -48,9 +53,9 @@ func (s State) String() string {
 // rest.
 //
 // A snapshot is not a synchronization point. The dispatcher counts a task
-// just after its Submit returns, and a task stays Busy until its worker
-// counts it finished, just after its SubmitWait returns. To wait for tasks, use
-// [Pool.SubmitWait] or [Pool.StopWait].
+// in Submitted just after it accepts it, so a snapshot taken as Submit
+// returns may not show it yet; a task is in Completed before its SubmitWait
+// returns. To wait for tasks, use [Pool.SubmitWait] or [Pool.StopWait].
 type Status struct {
 	// State is the pool's life-cycle stage.
 	State State
@@ -75,44 +80,108 @@ type Status struct {
 }
 
 // Status returns a snapshot of the pool's state and counters. It reads
-// atomics only and never waits for the dispatcher, so it is cheap enough to
-// call from a monitoring loop or from inside a task.
+// atomics only and never waits for the dispatcher, so it can be called from
+// a monitoring loop or from inside a task. It costs a read of each worker's
+// record: a few nanoseconds a worker.
 func (p *Pool) Status() Status {
 	s := &p.stats
-	// finished before started: a task is started before it finishes, so
-	// busy is never negative.
-	finished := s.finished.Load()
-	busy := int(s.started.Load() - finished)
-	workers := int(s.workers.Load())
+	// Read the panics before the tasks that include them, the tasks before
+	// the submissions that include them, and each gauge before its peak, so
+	// that every part is at most the whole it belongs to.
+	panicked := s.panicked.Load()
+	callerRan := s.callerRan.Load()
+	workers, busy, done := s.workersAndTasks()
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
 		MinWorkers:  p.cfg.minWorkers,
 		Workers:     workers,
 		Busy:        busy,
-		Idle:        max(workers-busy, 0),
+		Idle:        workers - busy,
 		Waiting:     int(s.waiting.Load()),
 		PeakWorkers: int(s.peakWorkers.Load()),
 		PeakWaiting: int(s.peakWaiting.Load()),
-		Submitted:   s.submitted.Load(),
-		Completed:   finished + s.callerRan.Load(),
-		Panicked:    s.panicked.Load(),
+		Submitted:   s.submitted.Load() + s.callerSubmitted.Load(),
+		Completed:   done + callerRan,
+		Panicked:    panicked,
 		Rejected:    s.rejected.Load(),
 		Abandoned:   s.abandoned.Load(),
 	}
 }
 
-// stats holds what Status reports. The gauges (state to peakWaiting) and
-// started have one writer, the dispatcher, and are published with Store so
-// that Status never waits for it; the other counters are added to by
-// whichever goroutine sees the event (dispatcher, worker or caller).
+// stats holds what Status reports. The dispatcher is the only writer of
+// the fields up to reg, which it publishes with Store so that Status never
+// waits for it; exiting workers also count themselves out of workers. The
+// fields after the padding are added to by submitters and workers.
 type stats struct {
-	state                             atomic.Int32
-	maxWorkers, workers               atomic.Int64
-	waiting, peakWorkers, peakWaiting atomic.Int64
-	submitted, panicked               atomic.Uint64
-	started                           atomic.Uint64 // tasks handed to workers
-	finished                          atomic.Uint64 // tasks workers finished
-	callerRan                         atomic.Uint64 // tasks CallerRuns ran in a submitter
-	rejected, abandoned               atomic.Uint64
+	state                atomic.Int32
+	maxWorkers           atomic.Int64
+	workers              atomic.Uint64 // version<<32 | count; see setWorkers
+	peakWorkers          atomic.Int64
+	waiting, peakWaiting atomic.Int64
+	submitted            atomic.Uint64 // tasks the dispatcher accepted
+	abandoned            atomic.Uint64
+	reg                  atomic.Pointer[registry] // every worker, for Status to sum
+
+	_ [cacheLine]byte // the dispatcher's fields above, the others' below
+
+	panicked        atomic.Uint64
+	rejected        atomic.Uint64
+	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
+	callerRan       atomic.Uint64 // of them, those that ended
+}
+
+// A registry lists the workers for Status: those started and not yet
+// forgotten by the dispatcher (see dispatcher.survey), and the tasks that
+// the forgotten ones finished. The dispatcher replaces it whole, so a
+// reader sees each worker once.
+type registry struct {
+	workers []*worker
+	retired uint64 // tasks done by workers no longer listed
+}
+
+// setWorkers publishes n as the count of workers. The count shares a word
+// with a version that every change increments, so that a reader can tell
+// whether the count changed while it looked at the workers. Called by the
+// dispatcher only.
+func (s *stats) setWorkers(n int) {
+	if int64(n) > s.peakWorkers.Load() {
+		s.peakWorkers.Store(int64(n)) // before the count: Workers <= PeakWorkers
+	}
+	v := s.workers.Load() >> 32
+	s.workers.Store((v+1)<<32 | uint64(n))
+}
+
+// countOut takes one exiting worker off the count, as the dispatcher would,
+// after it has stopped counting (see dispatcher.exit).
+func (s *stats) countOut() {
+	s.workers.Add(1<<32 - 1) // version+1, count-1; the count is at least 1
+}
+
+// workersAndTasks returns the count of workers, how many of them are busy,
+// and how many tasks workers have finished. Busy is read from the same
+// workers as the count: the count did not change while they were read, and
+// a busy worker is always counted, so busy <= workers.
+func (s *stats) workersAndTasks() (workers, busy int, done uint64) {
+	for try := 1; ; try++ {
+		before := s.workers.Load()
+		reg := s.reg.Load()
+		busy, done = 0, reg.retired
+		for _, w := range reg.workers {
+			phase := w.phase.Load()
+			busy += int(phase & 1)
+			done += phase >> 1
+		}
+		after := s.workers.Load()
+		workers = int(uint32(after))
+		if after == before {
+			return workers, busy, done
+		}
+		// A worker started or left meanwhile: look again. Workers start
+		// and leave seldom compared with a read of the registry, but
+		// should they never stop, the bound still holds.
+		if try == 8 {
+			return workers, min(busy, workers), done
+		}
+	}
 }

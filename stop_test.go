@@ -343,7 +343,14 @@ func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
 		}
 		returned, err := p.Shutdown(done)
 		wg.Wait()
-		require.ErrorIs(t, err, context.Canceled)
+		// The pool may have run every task it accepted before it saw the
+		// deadline: then nothing was dropped and Shutdown returns nil, nil.
+		if s := p.Status(); s.Abandoned == 0 {
+			require.NoError(t, err)
+			require.Nil(t, returned)
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+		}
 		require.Equal(t, accepted.Load(), ran.Load()+int64(len(returned)),
 			"every accepted task ran or was returned; %+v", p.Status())
 	}

@@ -33,15 +33,19 @@ func (e *PanicError) Unwrap() error {
 
 // A job is what travels from a submitter through the dispatcher to a
 // worker: a fire-and-forget func, or a waiter. Exactly one of fn and w is
-// set, or, on p.tasks only, c, a request to the dispatcher.
+// set, or, on p.tasks only, r, a request to the dispatcher.
 type job struct {
 	fn func()
 	w  waiter
-	c  *control
+	r  *request
 	// queued says the dispatcher offered the job from its queue, so it
 	// may have more to offer.
 	queued bool
 }
+
+// valid reports whether t is a task rather than the zero job, which tells a
+// worker to exit when received and means "no task" as a first task.
+func (t job) valid() bool { return t.fn != nil || t.w != nil }
 
 // A waiter is a task whose submitter learns what became of it: the task of
 // a SubmitWait, a Future or a Group. The pool calls finish exactly once:
@@ -72,20 +76,45 @@ func (w *waitTask) finish(err error) {
 	w.done.Done()
 }
 
-// A worker is the dispatcher's record of one worker goroutine, for reaping.
+// A worker is the record of one worker: what the dispatcher reads to reap
+// it and to see its tasks end, and what Status sums. Only the worker's own
+// goroutine writes it once it runs, with plain stores: no two goroutines
+// contend for it, and a task costs no atomic read-modify-write.
 type worker struct {
-	// parkedAt is 1 + the reaping clock's tick when the goroutine last
-	// parked on p.work, 0 while it runs a task, and exited once it has
-	// left for good. Written by the goroutine, read by the dispatcher.
-	parkedAt atomic.Uint64
+	// phase is done<<1 | busy: the tasks the worker finished, and whether
+	// it holds one now. It only grows: receiving a task sets busy, and
+	// counting it done (phase+1) clears busy and adds one to done. Status
+	// reads Busy and Completed from this one word, so they agree.
+	phase atomic.Uint64
+	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
+	// last went idle, or exitedMark once it has left for good. It is
+	// written just before phase counts a task done, while phase is odd,
+	// so a reader that sees the same even phase before and after reading
+	// since has the stamp of the idle period that phase belongs to.
+	since atomic.Uint64
+	// Each worker's record on its own cache line: workers write theirs on
+	// every task, and would otherwise slow each other down.
+	_ [cacheLine - 16]byte
 }
 
-// exited marks a worker whose goroutine has ended.
-const exited = ^uint64(0)
+// cacheLine is the size of a cache line on the machines Go mostly runs on.
+const cacheLine = 64
 
-// valid reports whether t is a task rather than the zero job, which tells a
-// worker to exit when received and means "no task" as a first task.
-func (t job) valid() bool { return t.fn != nil || t.w != nil }
+// exitedMark is since for a worker that has left for good.
+const exitedMark = ^uint64(0)
+
+// state returns w's phase and since as of one instant while it was idle, or
+// its phase and some value of since while it was busy (since means nothing
+// then).
+func (w *worker) state() (phase, since uint64) {
+	for {
+		phase = w.phase.Load()
+		since = w.since.Load()
+		if w.phase.Load() == phase {
+			return phase, since
+		}
+	}
+}
 
 // startWorker starts a worker goroutine that runs first, if valid, then
 // parks on p.work.
@@ -96,22 +125,23 @@ func (p *Pool) startWorker(w *worker, first job) {
 
 // runWorker is the body of a worker goroutine: it runs t, then each task it
 // receives on p.work, until it receives the zero job or p.work is closed.
+// A task on receipt is already counted busy in w.phase: the dispatcher sets
+// it for a first task, and the loop below for the others.
 func (p *Pool) runWorker(w *worker, t job) {
 	defer p.wg.Done()
 	returned := false
 	defer func() {
 		if !returned {
-			// A task called runtime.Goexit, which nothing can stop; run
-			// has already accounted for the task. Carry on in a new
-			// goroutine so that the pool keeps its capacity.
+			// A task or the panic handler called runtime.Goexit, which
+			// nothing can stop; run has already counted the task. Carry
+			// on in a new goroutine so that the pool keeps its capacity.
 			p.startWorker(w, job{})
 		}
 	}()
 	for {
 		if t.valid() {
-			p.run(t, true)
+			p.run(t, w)
 		}
-		w.parkedAt.Store(p.tick.Load() + 1)
 		var open, yield bool
 		if t.queued {
 			// The dispatcher may be offering the next queued task.
@@ -124,7 +154,14 @@ func (p *Pool) runWorker(w *worker, t job) {
 		} else {
 			t, open = <-p.work
 		}
-		w.parkedAt.Store(0)
+		if !t.valid() {
+			if !open {
+				// The dispatcher is exiting and counts down no more.
+				p.stats.countOut()
+			}
+			break
+		}
+		w.phase.Store(w.phase.Load() | 1) // busy
 		if yield && t.queued {
 			// Taking the offer without waiting made the dispatcher
 			// runnable on this thread, where this task would hold it
@@ -133,52 +170,34 @@ func (p *Pool) runWorker(w *worker, t job) {
 			// dispatcher offer the next one first.
 			runtime.Gosched()
 		}
-		if !open {
-			// The dispatcher is exiting and counts down no more.
-			p.stats.workers.Add(-1)
-		}
-		if !t.valid() {
-			break
-		}
 	}
-	w.parkedAt.Store(exited)
+	w.since.Store(exitedMark)
 	returned = true
 }
 
-// run runs one task and accounts for it, on a worker or, for CallerRuns, in
-// the submitter. A panic is recovered and reported to the task's waiter or
-// the panic handler; a runtime.Goexit still counts the task as completed
-// and reports nil to its waiter.
-func (p *Pool) run(t job, onWorker bool) {
+// run runs one task and accounts for it, on worker w or, for CallerRuns
+// (w == nil), in the submitter. A panic is recovered and reported to the
+// task's waiter or the panic handler. The task is counted done before it is
+// reported, so that when SubmitWait returns the task is Completed in
+// Status, and a panic handler that panics or calls runtime.Goexit cannot
+// leave it counted as running.
+func (p *Pool) run(t job, w *worker) {
 	fn := t.fn
 	if t.w != nil {
 		fn = t.w.do
 	}
 	var pe *PanicError
+	// Deferred calls run last first: recover, count, report. They run on
+	// return, on a panic and on runtime.Goexit alike.
 	defer func() {
-		// Runs after the recover below, on return, panic and Goexit alike.
 		switch {
-		case t.w != nil && pe != nil:
-			t.w.finish(pe)
 		case t.w != nil:
-			t.w.finish(nil)
+			t.w.finish(pe.asError())
 		case pe != nil:
-			p.cfg.panicHandler(pe)
-		}
-		if !onWorker {
-			p.stats.callerRan.Add(1)
-			return
-		}
-		p.stats.finished.Add(1)
-		if p.wantIdle.Load() {
-			// A pause waits for running tasks: tell the dispatcher one
-			// ended. A signal already pending will do as well.
-			select {
-			case p.idleWake <- struct{}{}:
-			default:
-			}
+			p.handlePanic(pe, w != nil)
 		}
 	}()
+	defer p.taskDone(w)
 	defer func() {
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
@@ -186,4 +205,67 @@ func (p *Pool) run(t job, onWorker bool) {
 		}
 	}()
 	fn()
+}
+
+// asError returns pe as an error: nil if pe is nil.
+func (pe *PanicError) asError() error {
+	if pe == nil {
+		return nil
+	}
+	return pe
+}
+
+// taskDone counts a task done on worker w, or in its submitter if w is nil,
+// and, if a Pause waits for running tasks, tells the dispatcher one ended.
+func (p *Pool) taskDone(w *worker) {
+	if w == nil {
+		p.stats.callerRan.Add(1)
+		return
+	}
+	phase := w.phase.Load()
+	w.since.Store(p.tick.Load() + 1) // idle from now, for reaping
+	w.phase.Store(phase + 1)         // done+1, not busy
+	if p.wantIdle.Load() {
+		// A signal already pending will do as well.
+		select {
+		case p.idleWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// handlePanic passes a fire-and-forget task's panic to the panic handler.
+// A panic in the handler is not recovered: on a worker it ends the
+// program, as any unrecovered panic does. In a CallerRuns submitter it
+// would unwind into the caller of Submit, which could recover it, so there
+// it ends the program from a goroutine of its own.
+func (p *Pool) handlePanic(pe *PanicError, onWorker bool) {
+	if onWorker {
+		p.cfg.panicHandler(pe)
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			crash(&handlerPanic{value: v, stack: debug.Stack()})
+		}
+	}()
+	p.cfg.panicHandler(pe)
+}
+
+// A handlerPanic is what a panic handler panicked with, under CallerRuns.
+type handlerPanic struct {
+	value any
+	stack []byte
+}
+
+func (h *handlerPanic) Error() string {
+	return fmt.Sprintf("workerpool: the panic handler panicked: %v\n\n%s", h.value, h.stack)
+}
+
+// crash ends the program with an unrecovered panic of v in a new goroutine,
+// where no caller can recover it, and blocks the calling goroutine until the
+// program has ended.
+func crash(v error) {
+	go func() { panic(v) }()
+	select {}
 }

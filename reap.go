@@ -1,0 +1,150 @@
+package workerpool
+
+import "time"
+
+// Reaping. Idle workers park on the shared channel p.work, and a channel
+// serves its parked receivers in the order they parked, so the next task,
+// or the next quit (the zero job), goes to the worker idle longest. A worker
+// stamps its record (worker.since) with the reaping clock's tick as it goes
+// idle. At each tick the dispatcher counts the parked workers idle for at
+// least a timeout and sends that many quits, never going below MinWorkers:
+// they reach exactly those workers, the longest parked.
+//
+// Two things would make the count wrong, and reap a worker that has been
+// idle for less than a timeout:
+//   - A worker that has just been handed a task, but whose goroutine has not
+//     run yet, still shows its old stamp. Such "stale" workers left the
+//     channel first, so they are the oldest stamps: survey counts them by
+//     comparing what the dispatcher sent (handed + quits) with what the
+//     workers show they received, and reap subtracts them.
+//   - Ticks can arrive late, or two close together, when the dispatcher was
+//     busy. So eligibility is measured with the time each tick was handled,
+//     not with tick counts: a worker stamped s went idle after tick s-1 was
+//     handled and before tick s was, so it is idle for at least a timeout
+//     once tick s was handled a timeout ago. With ticks one timeout apart,
+//     it exits at the tick after that: between one and two timeouts after
+//     it went idle.
+
+// A reapClock is the dispatcher's reaping clock: a ticker that runs exactly
+// while there is a worker above the minimum, so an idle pool at its minimum
+// makes no wake-ups, and the times at which the last ticks were handled.
+// The clock goroutine forwards the ticker's ticks as requests, so that the
+// loop need not watch the ticker.
+type reapClock struct {
+	timeout time.Duration // < 0: never reap
+	ticker  *time.Ticker  // nil until first needed
+	ticking bool          // the ticker runs
+	// handled[t%len] is when tick t was handled, for the last few ticks.
+	handled [4]time.Time
+}
+
+// run starts or stops the ticker, as want says.
+func (c *reapClock) run(p *Pool, want bool) {
+	want = want && c.timeout > 0
+	switch {
+	case want && c.ticker == nil:
+		c.ticker = time.NewTicker(c.timeout)
+		p.wg.Add(1)
+		go p.clock(c.ticker.C)
+	case want && !c.ticking:
+		c.ticker.Reset(c.timeout)
+	case !want && c.ticking:
+		c.ticker.Stop() // no tick is received after Stop returns
+	}
+	c.ticking = want
+}
+
+// stop stops the ticker for good.
+func (c *reapClock) stop() {
+	if c.ticker != nil {
+		c.ticker.Stop()
+	}
+	c.ticking = false
+}
+
+// handledAt returns when tick t was handled, or, for a tick too old to be
+// remembered, a time no earlier: when the oldest remembered one was.
+func (c *reapClock) handledAt(t, now uint64) time.Time {
+	n := uint64(len(c.handled))
+	if now-t >= n {
+		t = now - n + 1
+	}
+	return c.handled[t%n]
+}
+
+// clock forwards the reaping ticker's ticks to the dispatcher until the
+// pool is closing.
+func (p *Pool) clock(ticks <-chan time.Time) {
+	defer p.wg.Done()
+	tick := &request{kind: tickRequest} // never written
+	for {
+		select {
+		case <-ticks:
+			if !p.send(tick, p.closing, nil) {
+				return
+			}
+		case <-p.closing:
+			return
+		}
+	}
+}
+
+// reap advances the reaping clock and tells the workers parked for at least
+// an idle timeout to exit, never going below MinWorkers.
+func (d *dispatcher) reap() {
+	now := time.Now()
+	tick := d.p.tick.Load() + 1
+	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
+	d.p.tick.Store(tick)
+	idle, stale := d.survey(tick, now)
+	d.quitParked(min(idle-stale, d.workers-d.cfg().minWorkers))
+}
+
+// survey counts the workers that look parked since a timeout before now
+// (stale ones included), and the stale ones. It also forgets the workers
+// that have exited, keeping their counts in d.retired.
+func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
+	received := d.retired.received
+	var live []*worker // once a worker has exited: the others
+	for i, w := range d.all {
+		phase, since := w.state()
+		done, busy := phase>>1, phase&1
+		if since == exitedMark {
+			// Gone, after receiving its quit.
+			d.retired.done += done
+			d.retired.received += done + 1
+			received += done + 1
+			if live == nil {
+				live = append(make([]*worker, 0, len(d.all)), d.all[:i]...)
+			}
+			continue
+		}
+		if live != nil {
+			live = append(live, w)
+		}
+		received += done + busy
+		if busy == 0 && since <= tick && !d.clock.handledAt(since, tick).Add(d.clock.timeout).After(now) {
+			idle++
+		}
+	}
+	if live != nil {
+		// A new array, not the old one compacted: Status may be reading
+		// the old one.
+		d.all = live
+		d.publishWorkers()
+	}
+	return idle, int(d.handed + d.quits - received)
+}
+
+// quitParked tells up to n parked workers, longest parked first, to exit:
+// fewer if fewer are parked.
+func (d *dispatcher) quitParked(n int) {
+	for range n {
+		select {
+		case d.p.work <- job{}:
+			d.quitSent()
+		default:
+			return
+		}
+	}
+}

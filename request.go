@@ -1,0 +1,191 @@
+package workerpool
+
+// handle carries out a request.
+func (d *dispatcher) handle(r *request) {
+	switch r.kind {
+	case tickRequest:
+		d.reap()
+	case pauseRequest:
+		d.pause(r) // answers r.done when the pause takes hold
+		return
+	case resizeRequest:
+		d.resize(r.n)
+	case stopRequest:
+		// Drop the queue first, so that ending a pause in drain starts
+		// none of it.
+		d.abandonQueue()
+		d.drain()
+	case drainRequest:
+		// Look at the deadline first, so that a Shutdown whose ctx is
+		// already done starts none of the queue.
+		d.watchDeadline(r.deadline)
+		d.drain()
+	}
+	if r.done != nil {
+		close(r.done)
+	}
+}
+
+// resize sets the maximum. Parked workers above it exit now, busy ones when
+// their task ends (the loop offers them quit); a larger maximum starts
+// workers for queued tasks.
+func (d *dispatcher) resize(n int) {
+	d.max = n
+	d.p.stats.maxWorkers.Store(int64(n))
+	d.quitParked(d.workers - d.max)
+	d.fill()
+}
+
+// pause starts a pause, or queues it behind the current one. Once draining,
+// a pause request is answered at once: Stop and StopWait end pauses.
+func (d *dispatcher) pause(r *request) {
+	switch {
+	case d.draining || r.ctx.Err() != nil:
+		close(r.done)
+	case d.paused:
+		d.pauses.PushBack(r)
+	default:
+		d.paused = true
+		d.pauseEnd = r.ctx.Done()
+		d.pauseAck = r.done
+		// Ask finishing workers to signal, then look: either this sees
+		// the last one finish or that one sees the request.
+		d.p.wantIdle.Store(true)
+		d.idleWake = d.p.idleWake
+		d.checkPauseAck()
+		d.setState(Paused)
+	}
+}
+
+// checkPauseAck answers the current pause once no task is running: every
+// task handed to a worker is done.
+func (d *dispatcher) checkPauseAck() {
+	if d.pauseAck != nil && d.doneTasks() == d.handed {
+		d.ackPause()
+	}
+}
+
+// ackPause lets the current Pause return and stops the workers' signals.
+func (d *dispatcher) ackPause() {
+	close(d.pauseAck)
+	d.pauseAck = nil
+	d.p.wantIdle.Store(false)
+	d.idleWake = nil
+}
+
+// endPause ends the current pause and starts the next queued one, if any;
+// with none, the pool resumes handing out tasks.
+func (d *dispatcher) endPause() {
+	if d.pauseAck != nil {
+		d.ackPause() // its caller waits no longer for running tasks
+	}
+	d.paused, d.pauseEnd = false, nil
+	for d.pauses.Len() > 0 && !d.paused {
+		d.pause(d.pauses.PopFront())
+	}
+	if !d.paused {
+		d.setState(Running)
+		d.fill()
+	}
+}
+
+// drain stops accepting tasks and ends every pause, so that what is queued
+// runs. The loop in run ends once the queue is empty.
+func (d *dispatcher) drain() {
+	if d.draining {
+		return
+	}
+	d.draining = true
+	close(d.p.stopping) // submitters waiting in submit get ErrStopped now
+	for d.paused {
+		d.endPause() // queued pauses are answered at once now
+	}
+	d.setState(Stopping)
+}
+
+// watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
+// none). One that has passed drops the queue at once. The first is watched
+// as it is; each later one is merged with it by a goroutine that ends when
+// either closes or the pool is closing.
+func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
+	select {
+	case <-dl:
+		d.abandonQueue()
+		return
+	default:
+	}
+	switch {
+	case dl == nil:
+	case d.deadline == nil:
+		d.deadline = dl
+	default:
+		merged, old, closing := make(chan struct{}), d.deadline, d.p.closing
+		d.p.wg.Add(1)
+		go func() {
+			defer d.p.wg.Done()
+			select {
+			case <-old:
+			case <-dl:
+			case <-closing:
+				return
+			}
+			close(merged)
+		}()
+		d.deadline = merged
+	}
+}
+
+// checkDeadline drops the queue if a Shutdown deadline has passed, and
+// reports whether it did. The loop calls it before every select, and fill
+// before it hands anything out, so that no queued task starts once the
+// deadline has passed, even when a worker is free at that very moment: a
+// select would choose at random between the worker and the deadline.
+func (d *dispatcher) checkDeadline() bool {
+	if d.deadline == nil {
+		return false
+	}
+	select {
+	case <-d.deadline:
+		d.deadline = nil
+		d.abandonQueue()
+		return true
+	default:
+		return false
+	}
+}
+
+// abandonQueue empties the queue for Stop or a passed Shutdown deadline:
+// fire-and-forget tasks are kept for the first Stop or Shutdown to return,
+// in order, and waiters get ErrStopped. It may run more than once, but
+// nothing enters the queue once draining, so later runs find it empty.
+func (d *dispatcher) abandonQueue() {
+	n := d.queue.Len()
+	if n == 0 {
+		return
+	}
+	var tasks []func()
+	for fn := range d.queue.IterPopFront() {
+		if fn == nil {
+			d.waiters.PopFront().finish(ErrStopped)
+		} else {
+			tasks = append(tasks, fn)
+		}
+	}
+	d.p.abandoned = append(d.p.abandoned, tasks...)
+	d.p.dropped = true
+	d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
+	d.setWaiting()
+}
+
+// exit tells every worker to exit once its task is done, by closing the
+// channel they park on, and waits for every goroutine the pool started.
+// Requests still on their way give up (they watch p.closing): a Pause or a
+// Resize has nothing left to act on.
+func (d *dispatcher) exit() {
+	close(d.p.closing) // the clock, deadline mergers and late requests give up
+	close(d.p.work)
+	d.clock.stop()
+	d.p.wg.Wait() // each exiting worker counts itself out of stats.workers
+	d.setWorkers(0)
+	d.setState(Stopped)
+}
