@@ -41,7 +41,6 @@ func TestGroupWaitAfterCancellationDoesNotWaitForTasksThatWillNotRun(t *testing.
 		t.Run(held.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := held.new(t)
-				defer p.Stop()
 				errCause := errors.New("gave up")
 				ctx, cancel := context.WithCancelCause(context.Background())
 				g := p.Group(ctx)
@@ -54,6 +53,10 @@ func TestGroupWaitAfterCancellationDoesNotWaitForTasksThatWillNotRun(t *testing.
 				assert.ErrorIs(t, g.Wait(), errCause)
 				assert.Zero(t, time.Since(start), "Wait returned at once")
 				assert.Equal(t, 5, g.Skipped())
+
+				p.StopWait() // workers reach the skipped tasks now: none runs
+				assert.Equal(t, 5, g.Skipped(), "each skipped task is counted once")
+				assert.ErrorIs(t, g.Wait(), errCause)
 			})
 		})
 	}
@@ -64,7 +67,6 @@ func TestMapAfterCancellationDoesNotWaitForItemsThatWillNotRun(t *testing.T) {
 		t.Run(held.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := held.new(t)
-				defer p.Stop()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
 				start := time.Now()
@@ -75,6 +77,7 @@ func TestMapAfterCancellationDoesNotWaitForItemsThatWillNotRun(t *testing.T) {
 				assert.ErrorIs(t, err, context.DeadlineExceeded)
 				assert.Nil(t, out)
 				assert.Equal(t, time.Second, time.Since(start), "Map returned when ctx was done")
+				p.StopWait() // workers reach the skipped items now: none runs
 			})
 		})
 	}

@@ -242,9 +242,10 @@ func (d *dispatcher) start(t job) {
 	} else {
 		w.since.Store(d.p.tick.Load() + 1)
 	}
+	// Count it before Status can see it busy: Busy <= Workers.
+	d.setWorkers(d.workers + 1)
 	d.all = append(d.all, w)
 	d.publishWorkers()
-	d.setWorkers(d.workers + 1)
 	d.p.startWorker(w, t)
 }
 

@@ -73,8 +73,7 @@ func (g *Group) Context() context.Context { return g.ctx }
 //
 // Calls to Go must happen before [Group.Wait] is called, or come from a task
 // of the group. Go allocates one object of 16 bytes per task beyond fn's
-// own closure, and a task costs about 0.5 µs, run and waited for
-// (BenchmarkGroupGo, 4 workers, 2 cores); a skipped fn costs nothing.
+// own closure; a skipped fn costs nothing.
 func (g *Group) Go(fn func(ctx context.Context) error) {
 	g.submit(fn, false)
 }

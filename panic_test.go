@@ -95,3 +95,31 @@ func TestAPanickingPanicHandlerCrashesTheProgram(t *testing.T) {
 		})
 	}
 }
+
+func TestACallerRunsTaskWhoseHandlerCallsGoexitEndsOnlyItsSubmitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+		block := make(chan struct{})
+		for range 2 { // one running, one waiting: the queue is full
+			require.NoError(t, p.Submit(func() { <-block }))
+		}
+		synctest.Wait()
+		returned := make(chan bool, 1)
+		go func() {
+			defer func() { returned <- false }() // runs on Goexit too
+			_ = p.Submit(func() { panic("boom") })
+			returned <- true
+		}()
+		synctest.Wait()
+		assert.False(t, <-returned, "the handler's Goexit ended the submitting goroutine")
+		s := p.Status()
+		assert.Equal(t, uint64(3), s.Submitted)
+		assert.Equal(t, uint64(1), s.Completed, "the caller-run task counts as completed")
+		assert.Equal(t, uint64(1), s.Panicked)
+		close(block)
+		p.StopWait()
+		s = p.Status()
+		assert.Equal(t, s.Submitted, s.Completed+s.Abandoned+uint64(s.Waiting)+uint64(s.Busy), "balanced: %+v", s)
+	})
+}

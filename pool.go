@@ -282,7 +282,8 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 //
 // One call of Stop or [Pool.Shutdown], the first to return, gets the
 // dropped fire-and-forget tasks, in the order the pool accepted them, so
-// that its caller can run them elsewhere or save them; the others get nil. Dropped [Pool.SubmitWait] tasks are not returned: their callers get
+// that its caller can run them elsewhere or save them; the others get nil.
+// Dropped [Pool.SubmitWait] tasks are not returned: their callers get
 // [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {

@@ -123,7 +123,7 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 			live = append(live, w)
 		}
 		received += done + busy
-		if busy == 0 && since <= tick && !d.clock.handledAt(since, tick).Add(d.clock.timeout).After(now) {
+		if busy == 0 && since != 0 && since <= tick && !d.clock.handledAt(since, tick).Add(d.clock.timeout).After(now) {
 			idle++
 		}
 	}

@@ -70,3 +70,22 @@ func TestAWorkerHandedATaskAsTheClockTicksGetsNoOtherReapedEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly has worker A finish a
+// panicking task at 0.9 s and spend until 2.5 s in the panic handler, and
+// worker B go idle at 1.1 s (timeout 1 s). At the tick at 2 s, A is not
+// idle, and B has been idle for less than a timeout: neither exits.
+func TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(time.Until(start.Add(2500 * time.Millisecond))) }))
+		require.NoError(t, p.Submit(func() { time.Sleep(900 * time.Millisecond); panic("A") }))
+		require.NoError(t, p.Submit(func() { time.Sleep(1100 * time.Millisecond) }))
+		time.Sleep(2*time.Second + time.Millisecond)
+		assert.Equal(t, 2, p.Status().Workers, "no worker idle for a timeout at 2 s")
+		time.Sleep(time.Second) // 3 s: B has been idle 1.9 s, A 0.5 s
+		assert.Equal(t, 1, p.Status().Workers, "B exits within two timeouts")
+		p.Stop()
+	})
+}

@@ -2,6 +2,8 @@ package workerpool_test
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -106,4 +108,90 @@ func TestShutdownReturnsCtxErrWhenItDroppedATask(t *testing.T) {
 		assert.Empty(t, tasks, "SubmitWait tasks are not returned")
 		assert.ErrorIs(t, <-waitErr, workerpool.ErrStopped)
 	})
+}
+
+// TestStopAndShutdownsRacingSubmittersLoseNothing stops a busy pool with a
+// Stop and three Shutdowns at once, with deadlines that pass at different
+// times, on the real scheduler. Every accepted task ran, or came back to
+// exactly one of the calls, or its SubmitWait caller got ErrStopped; each
+// Shutdown's error follows the documented rule.
+func TestStopAndShutdownsRacingSubmittersLoseNothing(t *testing.T) {
+	for range 50 {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(32))
+		var ran, accepted, waitStopped atomic.Int64
+		task := func() { ran.Add(1) }
+		var submitters sync.WaitGroup
+		for i := range 4 {
+			submitters.Go(func() {
+				for {
+					var err error
+					if i == 0 {
+						err = p.SubmitWait(task)
+						if err == workerpool.ErrStopped {
+							waitStopped.Add(1)
+						}
+					} else {
+						err = p.Submit(task)
+					}
+					if err != nil {
+						return
+					}
+					accepted.Add(1)
+				}
+			})
+		}
+		for ran.Load() < 100 {
+			runtime.Gosched()
+		}
+		type result struct {
+			tasks []func()
+			err   error
+			d     time.Duration // Shutdown's deadline; -1 for Stop
+		}
+		results := make(chan result, 4)
+		var stoppers sync.WaitGroup
+		stoppers.Go(func() { results <- result{tasks: p.Stop(), d: -1} })
+		for _, d := range []time.Duration{0, 50 * time.Microsecond, time.Hour} {
+			stoppers.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				tasks, err := p.Shutdown(ctx)
+				results <- result{tasks, err, d}
+			})
+		}
+		stoppers.Wait()
+		submitters.Wait()
+		close(results)
+
+		s := p.Status()
+		var returned, lists int
+		for r := range results {
+			if len(r.tasks) > 0 {
+				lists++
+			}
+			returned += len(r.tasks)
+			for _, task := range r.tasks {
+				task()
+			}
+			switch {
+			case r.d < 0: // Stop
+			case s.Abandoned == 0:
+				require.NoError(t, r.err, "nothing was dropped")
+			case r.d == 0: // done before the call
+				require.ErrorIs(t, r.err, context.DeadlineExceeded)
+			case r.d == time.Hour: // not done: another call dropped them
+				require.ErrorIs(t, r.err, workerpool.ErrStopped)
+			default: // either, depending on when it looked
+				if r.err != workerpool.ErrStopped {
+					require.ErrorIs(t, r.err, context.DeadlineExceeded)
+				}
+			}
+		}
+		require.LessOrEqual(t, lists, 1, "the dropped tasks come back once")
+		require.Equal(t, accepted.Load(), ran.Load(),
+			"every task accepted without a dropped waiter ran once (returned ones ran above)")
+		droppedWaiters := s.Submitted - uint64(accepted.Load())
+		require.LessOrEqual(t, droppedWaiters, uint64(waitStopped.Load()))
+		require.Equal(t, s.Abandoned, uint64(returned)+droppedWaiters)
+	}
 }

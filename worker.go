@@ -87,10 +87,12 @@ type worker struct {
 	// reads Busy and Completed from this one word, so they agree.
 	phase atomic.Uint64
 	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
-	// last went idle, or exitedMark once it has left for good. It is
-	// written just before phase counts a task done, while phase is odd,
-	// so a reader that sees the same even phase before and after reading
-	// since has the stamp of the idle period that phase belongs to.
+	// last went idle, that is, as it was about to park on p.work; 0 from
+	// when it receives a task until then, panic handler included; and
+	// exitedMark once it has left for good. It changes from a stamp only
+	// while phase is odd (busy), so a reader that sees the same even phase
+	// before and after reading since has the stamp of the idle period that
+	// phase belongs to, or 0.
 	since atomic.Uint64
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
@@ -142,6 +144,7 @@ func (p *Pool) runWorker(w *worker, t job) {
 		if t.valid() {
 			p.run(t, w)
 		}
+		w.since.Store(p.tick.Load() + 1) // idle from now, for reaping
 		var open, yield bool
 		if t.queued {
 			// The dispatcher may be offering the next queued task.
@@ -161,7 +164,8 @@ func (p *Pool) runWorker(w *worker, t job) {
 			}
 			break
 		}
-		w.phase.Store(w.phase.Load() | 1) // busy
+		w.phase.Store(w.phase.Load() | 1) // busy, then not idle
+		w.since.Store(0)
 		if yield && t.queued {
 			// Taking the offer without waiting made the dispatcher
 			// runnable on this thread, where this task would hold it
@@ -197,11 +201,10 @@ func (p *Pool) run(t job, w *worker) {
 			p.handlePanic(pe, w != nil)
 		}
 	}()
-	defer p.taskDone(w)
+	defer func() { p.taskDone(w, pe != nil) }()
 	defer func() {
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
-			p.stats.panicked.Add(1)
 		}
 	}()
 	fn()
@@ -216,15 +219,20 @@ func (pe *PanicError) asError() error {
 }
 
 // taskDone counts a task done on worker w, or in its submitter if w is nil,
-// and, if a Pause waits for running tasks, tells the dispatcher one ended.
-func (p *Pool) taskDone(w *worker) {
+// then, if it panicked, as panicked: Panicked is part of Completed. If a
+// Pause waits for running tasks, it tells the dispatcher one ended.
+func (p *Pool) taskDone(w *worker, panicked bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
+		if panicked {
+			p.stats.panicked.Add(1)
+		}
 		return
 	}
-	phase := w.phase.Load()
-	w.since.Store(p.tick.Load() + 1) // idle from now, for reaping
-	w.phase.Store(phase + 1)         // done+1, not busy
+	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
+	if panicked {
+		p.stats.panicked.Add(1)
+	}
 	if p.wantIdle.Load() {
 		// A signal already pending will do as well.
 		select {
