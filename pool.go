@@ -278,7 +278,7 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
 
 // Stop stops the pool now: it accepts no more tasks, lets running tasks
 // finish, and drops the tasks still waiting. It returns once every goroutine
-// the pool started has exited.
+// the pool started has finished: each has at most its return left to do.
 //
 // One call of Stop or [Pool.Shutdown], the first to return, gets the
 // dropped fire-and-forget tasks, in the order the pool accepted them, so
@@ -307,8 +307,9 @@ func (p *Pool) claimAbandoned() []func() {
 
 // StopWait stops the pool gracefully: it accepts no more tasks, runs every
 // task already accepted, and returns once every goroutine the pool started
-// has exited. A [Pool.Stop] meanwhile makes it return early, with the rest
-// of the queue dropped.
+// has finished, as Stop does. A [Pool.Stop], or a [Pool.Shutdown] whose ctx
+// is done, meanwhile makes it return early, with the rest of the queue
+// dropped.
 func (p *Pool) StopWait() {
 	p.drainCalled.Store(true)
 	p.request(&request{kind: drainRequest})
@@ -340,7 +341,7 @@ func (p *Pool) send(r *request, giveUp1, giveUp2 <-chan struct{}) bool {
 // worker finishing at that instant would otherwise take, and with a ctx
 // that is already done none starts at all. Either way Shutdown waits for
 // the running tasks and returns once every goroutine the pool started has
-// exited.
+// finished, as Stop does.
 //
 // Shutdown returns nil, nil if no accepted task was dropped, however late
 // it returns. If tasks were dropped, it returns the dropped fire-and-forget

@@ -195,3 +195,21 @@ func TestStopAndShutdownsRacingSubmittersLoseNothing(t *testing.T) {
 		require.Equal(t, s.Abandoned, uint64(returned)+droppedWaiters)
 	}
 }
+
+func TestAShutdownWhoseCtxIsDoneEndsAStopWaitEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		require.NoError(t, p.Submit(func() { time.Sleep(time.Second) }))
+		for range 5 {
+			require.NoError(t, p.Submit(func() { t.Error("a dropped task ran") }))
+		}
+		start := time.Now()
+		waited := make(chan time.Duration)
+		go func() { p.StopWait(); waited <- time.Since(start) }()
+		synctest.Wait()
+		tasks, err := p.Shutdown(cancelled())
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Len(t, tasks, 5)
+		assert.Equal(t, time.Second, <-waited, "StopWait returned with the running task")
+	})
+}
