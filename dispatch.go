@@ -11,18 +11,21 @@ import (
 // every field here: nothing else reads or writes them, so no field needs a
 // lock. What others may see is published to p.stats with atomic stores.
 //
-// This file holds the loop and the placement of tasks; request.go the
-// requests (pause, resize, stop, deadline) and the exit; reap.go the
-// reaping of idle workers.
+// This file holds the loop and the placement of tasks; handoff.go the
+// hand-off buffer; request.go the requests (pause, resize, stop, deadline)
+// and the exit; reap.go the reaping of idle workers.
 //
-// Workers wait for tasks on the shared unbuffered channel p.work, so a send
-// on it succeeds exactly when some worker is parked there: no worker reports
-// back after a task, and an idle worker costs the dispatcher nothing. Between
-// loop iterations the dispatcher keeps this invariant, which makes every
-// placement decision local: if the queue is non-empty and the pool is not
-// paused, then workers >= max, and the loop offers the queue's front on
-// p.work, so the first worker to come free takes it. Tasks therefore leave
-// the queue in FIFO order.
+// Workers wait for tasks on the shared channel p.work. A send on it goes
+// straight to the worker parked longest, if one is; else into the channel's
+// small buffer, the hand-off buffer, from which the next worker to come
+// free takes it without waiting for the dispatcher to run. No worker
+// reports back after a task, and an idle worker costs the dispatcher
+// nothing. Between loop iterations the dispatcher keeps this invariant,
+// which makes every placement decision local: if the queue is non-empty
+// and the pool is not paused, then workers >= max, the hand-off buffer is
+// full, and the loop offers the queue's front on p.work, so the buffer is
+// topped up as workers take from it. Tasks therefore leave the queue, and
+// the buffer, in the order the pool accepted them.
 type dispatcher struct {
 	p *Pool
 
@@ -38,21 +41,22 @@ type dispatcher struct {
 	// retired sums what the forgotten ones did.
 	all     []*worker
 	retired struct{ done, received uint64 }
-	// handed counts the tasks given to workers and quits the zero jobs
-	// that told parked workers to exit: together, what workers received.
-	handed, quits uint64
-	submitted     uint64 // tasks accepted; published as stats.submitted
-	// unplaced counts the tasks accepted in a row that no parked worker
-	// took; see letWorkersRun.
+	// handed counts the tasks given to workers (sent on p.work, less those
+	// taken back) and quits the zero jobs sent to tell workers to exit:
+	// together, what workers received or will. quitsCounted is how many of
+	// those workers are counted out of workers (see quitSent).
+	handed, quits, quitsCounted uint64
+	sent                        uint64 // sends of tasks on p.work; a task's seq
+	submitted                   uint64 // tasks accepted; published as stats.submitted
+	// unplaced counts the tasks accepted in a row that went to the queue;
+	// see letWorkersRun.
 	unplaced int
+	wants    uint32 // what p.wants holds
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[*request]
-	// idleWake is p.idleWake while a pause waits for running tasks to
-	// finish (p.wantIdle is then set, so every finishing worker signals).
-	idleWake <-chan struct{}
 
 	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
 	// deadline is closed once the first of the Shutdown contexts is done;
@@ -67,11 +71,12 @@ type dispatcher struct {
 func (d *dispatcher) run() {
 	p := d.p
 	defer close(p.done)
-	for !d.draining || d.queue.Len() > 0 {
+	for !d.draining || d.queue.Len() > 0 || len(p.work) > 0 {
 		if d.checkDeadline() {
 			continue // the queue is empty now
 		}
-		if !d.draining && !d.paused && d.queue.Len() == 0 && d.workers <= d.max {
+		d.seeQuits()
+		if !d.draining && !d.paused && d.queue.Len() == 0 && d.workers <= d.max && d.wants == 0 && d.room() {
 			// The common case: nothing to offer the workers and nothing
 			// to watch but submissions, so a plain receive will do, which
 			// is cheaper than a select. Requests come on p.tasks too.
@@ -81,7 +86,10 @@ func (d *dispatcher) run() {
 		// Receive a submission only when it can be placed, so that Block
 		// submitters wait in their send while a bounded queue is full.
 		// Meanwhile offer reject, which answers the submitters that do not
-		// wait. Both cases are off once draining.
+		// wait. Both cases are off once draining. The wants are set before
+		// room is looked at, so that a worker making room is seen or
+		// signals (see updateWants).
+		d.updateWants()
 		var tasks <-chan job
 		var reject chan<- struct{}
 		if !d.draining {
@@ -92,14 +100,26 @@ func (d *dispatcher) run() {
 			}
 		}
 		// Offer a surplus worker the zero job, which tells it to exit, else
-		// the queue's front, to the first worker to come free.
+		// the queue's front, to the hand-off buffer or the first worker to
+		// come free.
 		var work chan<- job
 		var next job
 		switch {
-		case d.workers > d.max:
+		case d.workers-d.quitting() > d.max:
 			work = p.work
 		case !d.paused && d.queue.Len() > 0:
 			work, next = p.work, d.front()
+		}
+		// Requests come on p.tasks while it is received; p.control is
+		// watched only when it is not, as a select locks every channel it
+		// watches, and p.tasks is the most contended lock of all.
+		var control <-chan *request
+		if tasks == nil {
+			control = p.control
+		}
+		var wake <-chan struct{}
+		if d.wants&(wantIdle|wantTaken) != 0 {
+			wake = p.wake
 		}
 		select {
 		case t := <-tasks:
@@ -109,22 +129,22 @@ func (d *dispatcher) run() {
 			// A Reject, CallerRuns or TrySubmit submitter learned the queue
 			// is full; it counts the outcome itself.
 		case work <- next:
-			// A worker came free and took the offer.
+			// The buffer had room, or a worker came free.
 			if !next.valid() {
-				d.quitSent()
+				d.quitSent(len(p.work) == 0)
 			} else {
 				d.pop()
-				d.handedOne()
-				d.unplaced = 0
+				d.sentOne()
 			}
-		case r := <-p.control:
+		case r := <-control:
 			// A request sent while p.tasks was not received.
 			d.handle(r)
 		case <-d.pauseEnd:
 			// The current pause's context is done.
 			d.endPause()
-		case <-d.idleWake:
-			// A worker finished a task while a pause waits for them all.
+		case <-wake:
+			// A worker ended a task while a pause waits for them all, or
+			// took a task or a quit from the buffer: look again.
 			d.checkPauseAck()
 		case <-d.deadline:
 			// A Shutdown's deadline passed while nothing else happened;
@@ -154,44 +174,73 @@ func (d *dispatcher) receive(t job) {
 	}
 }
 
-// room reports whether the queue can take one more task.
+// room reports whether one more task may wait: the queue and the hand-off
+// buffer together hold fewer than the bound.
 func (d *dispatcher) room() bool {
-	return d.cfg().maxWaiting == 0 || d.queue.Len() < d.cfg().maxWaiting
+	bound := d.cfg().maxWaiting
+	return bound == 0 || d.queue.Len()+len(d.p.work) < bound
 }
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
 
 // accept places a submitted task, keeping the invariant on the struct: to a
-// parked worker, else to a new one, else to the queue.
+// parked worker, else to a new worker, else to the hand-off buffer, else to
+// the queue.
 func (d *dispatcher) accept(t job) {
 	d.submitted++
 	d.p.stats.submitted.Store(d.submitted)
-	if d.queue.Len() == 0 && !d.paused && d.workers <= d.max {
-		select {
-		case d.p.work <- t:
-			// A parked worker took it.
-			d.handedOne()
-			d.unplaced = 0
-			return
-		default:
-		}
-		if d.workers < d.max {
-			d.start(t)
-			return
-		}
+	if d.queue.Len() == 0 && !d.paused && d.workers <= d.max && d.place(t) {
+		return
 	}
 	d.push(t)
 	d.letWorkersRun()
 }
 
-// letWorkersRun yields once 64 tasks in a row found no parked worker, if the
-// pool runs on one P. Each task readies a worker and then the next
-// submitter, and the runtime runs the goroutine readied last first,
-// inheriting the time slice, so on one P the dispatcher and busy submitters
-// can keep the workers waiting in the run queue indefinitely, while tasks
-// pile up in the queue. Stepping out of that chain lets them run. With more
-// Ps, idle ones steal the waiting workers, and a yield would only put the
-// dispatcher behind every runnable submitter.
+// place hands t to a parked worker, else to a new worker if there are fewer
+// than max, else to the hand-off buffer, and reports whether it did: not if
+// the buffer is full.
+func (d *dispatcher) place(t job) bool {
+	t.seq = d.sent + 1
+	if len(d.p.work) == 0 {
+		// A worker may be parked: a send goes to it if one is. If none
+		// is, the task lands in the buffer, alone; then take it back for
+		// a new worker, unless a worker came free and took it meanwhile.
+		select {
+		case d.p.work <- t:
+			if len(d.p.work) > 0 && d.workers < d.max {
+				select {
+				case t = <-d.p.work:
+					d.start(t)
+					return true
+				default:
+				}
+			}
+			d.sentOne()
+			return true
+		default:
+		}
+	}
+	if d.workers < d.max {
+		d.start(t)
+		return true
+	}
+	select {
+	case d.p.work <- t:
+		d.sentOne()
+		return true
+	default:
+		return false
+	}
+}
+
+// letWorkersRun yields once 64 tasks in a row went to the queue, if the pool
+// runs on one P. Each task readies a worker and then the next submitter,
+// and the runtime runs the goroutine readied last first, inheriting the
+// time slice, so on one P the dispatcher and busy submitters can keep the
+// workers waiting in the run queue indefinitely, while tasks pile up in the
+// queue. Stepping out of that chain lets them run. With more Ps, idle ones
+// steal the waiting workers, and a yield would only put the dispatcher
+// behind every runnable submitter.
 func (d *dispatcher) letWorkersRun() {
 	if d.unplaced++; d.unplaced < 64 {
 		return
@@ -202,34 +251,61 @@ func (d *dispatcher) letWorkersRun() {
 	}
 }
 
-// fill hands queued tasks to parked workers, then to new ones up to max. It
-// restores the invariant after a resume or a resize.
+// fill hands queued tasks to parked workers and the hand-off buffer, and to
+// new workers up to max. It restores the invariant after a resume or a
+// resize.
 func (d *dispatcher) fill() {
 	if d.checkDeadline() {
 		return
 	}
 	for !d.paused && d.queue.Len() > 0 && d.workers <= d.max {
-		select {
-		case d.p.work <- d.front():
-			d.pop()
-			d.handedOne()
-			continue
-		default:
-		}
-		if d.workers == d.max {
+		if !d.place(d.front()) {
 			return
 		}
-		d.start(d.pop())
+		d.pop()
 	}
 }
 
-// handedOne counts a task given to a worker.
-func (d *dispatcher) handedOne() { d.handed++ }
+// sentOne counts a task sent on p.work.
+func (d *dispatcher) sentOne() {
+	d.sent++
+	d.handed++
+	d.unplaced = 0
+	if len(d.p.work) > 0 {
+		d.notePeak() // it may be waiting in the buffer
+	}
+}
 
-// quitSent counts a worker told to exit.
-func (d *dispatcher) quitSent() {
+// quitSent counts a zero job sent to tell a worker to exit. If it went
+// straight to a worker (direct), the worker is counted out at once. If it
+// is in the hand-off buffer, its worker counts until the dispatcher sees
+// that a worker received it (seeQuits): a worker still busy must keep its
+// place under the maximum.
+func (d *dispatcher) quitSent(direct bool) {
 	d.quits++
-	d.setWorkers(d.workers - 1)
+	d.p.stats.quitsSent.Store(d.quits)
+	if direct {
+		d.quitsCounted++
+		d.setWorkers(d.workers - 1)
+	}
+}
+
+// quitting returns how many quits are in the buffer, their workers not yet
+// counted out.
+func (d *dispatcher) quitting() int { return int(d.quits - d.quitsCounted) }
+
+// seeQuits counts out the workers of buffered quits that have been received.
+// Workers count every quit they receive; those beyond what the dispatcher
+// has counted out are buffered ones. (A direct quit is counted out before
+// its worker counts it received.)
+func (d *dispatcher) seeQuits() {
+	if d.quits == d.quitsCounted {
+		return
+	}
+	if got := d.p.stats.quitsReceived.Load(); got > d.quitsCounted {
+		d.setWorkers(d.workers - int(got-d.quitsCounted))
+		d.quitsCounted = got
+	}
 }
 
 // start starts a worker goroutine whose first task is t; with the zero job
@@ -237,7 +313,7 @@ func (d *dispatcher) quitSent() {
 func (d *dispatcher) start(t job) {
 	w := new(worker)
 	if t.valid() {
-		d.handedOne()
+		d.handed++
 		w.phase.Store(1) // busy with t
 	} else {
 		w.since.Store(d.p.tick.Load() + 1)
@@ -263,12 +339,14 @@ func (d *dispatcher) doneTasks() uint64 {
 	return n
 }
 
-// front returns the task at the front of the queue, which must not be empty.
+// front returns the task at the front of the queue, which must not be
+// empty, ready to send.
 func (d *dispatcher) front() job {
-	if fn := d.queue.Front(); fn != nil {
-		return job{fn: fn, queued: true}
+	t := job{fn: d.queue.Front(), seq: d.sent + 1}
+	if t.fn == nil {
+		t.w = d.waiters.Front()
 	}
-	return job{w: d.waiters.Front(), queued: true}
+	return t
 }
 
 // push appends t to the queue.
@@ -298,13 +376,16 @@ func (d *dispatcher) setWorkers(n int) {
 	d.clock.run(d.p, n > d.cfg().minWorkers)
 }
 
+// setWaiting publishes the queue's length, having recorded the peak.
 func (d *dispatcher) setWaiting() {
-	n := int64(d.queue.Len())
-	s := &d.p.stats
-	if n > s.peakWaiting.Load() {
-		s.peakWaiting.Store(n) // before the gauge: Waiting <= PeakWaiting
-	}
-	s.waiting.Store(n)
+	d.notePeak()
+	d.p.stats.waiting.Store(int64(d.queue.Len()))
+}
+
+// notePeak records the waiting tasks, those in the hand-off buffer
+// included, as PeakWaiting if they are more.
+func (d *dispatcher) notePeak() {
+	d.p.stats.peakAtLeast(d.queue.Len() + len(d.p.work) - d.quitting())
 }
 
 func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }

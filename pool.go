@@ -67,6 +67,18 @@ import (
 	"sync/atomic"
 )
 
+// What the dispatcher wants of the workers, in Pool.wants.
+const (
+	wantIdle      = 1 << iota // signal the end of every task: a Pause waits for them
+	wantTaken                 // signal every task or quit taken from the hand-off buffer
+	watchDeadline             // drop a task received after the Shutdown deadline
+)
+
+// handOffBuffer is the capacity of the hand-off buffer (see Pool.work): how
+// many waiting tasks workers can take without waiting for the dispatcher.
+// It is bounded by WithMaxWaiting, as buffered tasks wait too.
+const handOffBuffer = 64
+
 // Errors returned by the pool. Each says why a task was not accepted.
 var (
 	// ErrStopped is returned by every submission once Stop, StopWait or
@@ -95,20 +107,25 @@ type Pool struct {
 	// reject is sent on by the dispatcher, only while the bounded queue is
 	// full, to tell submitters that do not wait to give up.
 	reject chan struct{}
-	// work carries tasks from the dispatcher to the workers parked on it.
-	// It is unbuffered so that a send succeeds exactly when a worker is
-	// idle; the zero job tells the receiving worker to exit, and closing it
-	// tells them all.
+	// work carries tasks from the dispatcher to the workers. A send on it
+	// goes to the worker parked longest, if one is; else into its small
+	// buffer, the hand-off buffer, from which a worker that comes free
+	// takes its next task without waiting for the dispatcher (see
+	// dispatcher). The zero job tells the receiving worker to exit, and
+	// closing it tells them all.
 	work chan job
 	// control carries Pause, Resize, Stop, StopWait, Shutdown and clock
 	// requests to the dispatcher, which receives them until its loop ends.
-	// While it waits for submissions alone, it receives them on tasks.
+	// While it receives submissions, it receives them on tasks.
 	control chan *request
-	// idleWake (buffer 1) is signalled by a worker finishing a task while
-	// wantIdle is set, which the dispatcher does while a Pause waits for
-	// running tasks to end.
-	idleWake chan struct{}
-	wantIdle atomic.Bool
+	// wants says what the dispatcher wants of the workers (the want*
+	// bits); only the dispatcher writes it. wake (buffer 1) is how a
+	// worker tells it that it did.
+	wants atomic.Uint32
+	wake  chan struct{}
+	// deadline points at the channel that closes when a Shutdown deadline
+	// passes, while the dispatcher watches one (watchDeadline).
+	deadline atomic.Pointer[<-chan struct{}]
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64
@@ -135,6 +152,13 @@ type Pool struct {
 	abandoned []func()
 	dropped   bool
 	claimed   atomic.Bool
+	// recalled holds the tasks dropped from the hand-off buffer (see
+	// recall), for the dispatcher to add to abandoned once the workers
+	// have exited.
+	recalled struct {
+		mu   sync.Mutex
+		jobs []job
+	}
 
 	stats stats
 }
@@ -146,13 +170,19 @@ type Pool struct {
 // impossible: maxWorkers < 1, a nil option, WithMinWorkers outside
 // 0..maxWorkers, a negative WithMaxWaiting or an unknown Overflow.
 func New(maxWorkers int, opts ...Option) *Pool {
+	cfg := newConfig(maxWorkers, opts)
+	buffer := handOffBuffer
+	if cfg.maxWaiting > 0 {
+		// Buffered tasks wait too: the bound covers them.
+		buffer = min(buffer, cfg.maxWaiting)
+	}
 	p := &Pool{
-		cfg:      newConfig(maxWorkers, opts),
+		cfg:      cfg,
+		work:     make(chan job, buffer),
 		tasks:    make(chan job),
 		reject:   make(chan struct{}),
-		work:     make(chan job),
 		control:  make(chan *request),
-		idleWake: make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
@@ -403,7 +433,7 @@ func (p *Pool) Resize(n int) {
 func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 
 // WaitingQueueSize returns the number of tasks waiting for a worker.
-func (p *Pool) WaitingQueueSize() int { return int(p.stats.waiting.Load()) }
+func (p *Pool) WaitingQueueSize() int { return p.stats.waitingNow(p.work) }
 
 // isStopping reports whether the dispatcher has stopped accepting tasks.
 func (p *Pool) isStopping() bool {

@@ -97,7 +97,7 @@ func (d *dispatcher) reap() {
 	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
 	d.p.tick.Store(tick)
 	idle, stale := d.survey(tick, now)
-	d.quitParked(min(idle-stale, d.workers-d.cfg().minWorkers))
+	d.quitParked(min(idle-stale, d.workers-d.quitting()-d.cfg().minWorkers))
 }
 
 // survey counts the workers that look parked since a timeout before now
@@ -137,14 +137,26 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 }
 
 // quitParked tells up to n parked workers, longest parked first, to exit:
-// fewer if fewer are parked.
+// fewer if fewer are parked. A send goes to a parked worker if one is; if
+// none is, the quit lands in the hand-off buffer, and is taken back: it
+// would go to the next worker to come free, not an idle one.
 func (d *dispatcher) quitParked(n int) {
+	if len(d.p.work) > 0 {
+		return // tasks wait in the buffer, so no worker is parked
+	}
 	for range n {
 		select {
 		case d.p.work <- job{}:
-			d.quitSent()
 		default:
 			return
 		}
+		if len(d.p.work) > 0 {
+			select {
+			case <-d.p.work:
+				return // no worker was parked
+			default: // a worker took it meanwhile
+			}
+		}
+		d.quitSent(true)
 	}
 }

@@ -30,9 +30,12 @@ func (d *dispatcher) handle(r *request) {
 // their task ends (the loop offers them quit); a larger maximum starts
 // workers for queued tasks.
 func (d *dispatcher) resize(n int) {
+	if n > d.max {
+		d.requeue(d.takeBack()) // quits no longer wanted, and tasks for new workers
+	}
 	d.max = n
 	d.p.stats.maxWorkers.Store(int64(n))
-	d.quitParked(d.workers - d.max)
+	d.quitParked(d.workers - d.quitting() - d.max)
 	d.fill()
 }
 
@@ -48,10 +51,10 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
+		d.requeue(d.takeBack())
 		// Ask finishing workers to signal, then look: either this sees
 		// the last one finish or that one sees the request.
-		d.p.wantIdle.Store(true)
-		d.idleWake = d.p.idleWake
+		d.updateWants()
 		d.checkPauseAck()
 		d.setState(Paused)
 	}
@@ -69,8 +72,7 @@ func (d *dispatcher) checkPauseAck() {
 func (d *dispatcher) ackPause() {
 	close(d.pauseAck)
 	d.pauseAck = nil
-	d.p.wantIdle.Store(false)
-	d.idleWake = nil
+	d.updateWants()
 }
 
 // endPause ends the current pause and starts the next queued one, if any;
@@ -116,6 +118,7 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 	}
 	switch {
 	case dl == nil:
+		return
 	case d.deadline == nil:
 		d.deadline = dl
 	default:
@@ -133,6 +136,10 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		}()
 		d.deadline = merged
 	}
+	// Workers drop what they take from the hand-off buffer once it passes.
+	deadline := d.deadline
+	d.p.deadline.Store(&deadline)
+	d.updateWants()
 }
 
 // checkDeadline drops the queue if a Shutdown deadline has passed, and
@@ -159,7 +166,9 @@ func (d *dispatcher) checkDeadline() bool {
 // in order, and waiters get ErrStopped. It may run more than once, but
 // nothing enters the queue once draining, so later runs find it empty.
 func (d *dispatcher) abandonQueue() {
-	n := d.queue.Len()
+	back := d.takeBack()
+	d.p.recall(back...)
+	n := len(back) + d.queue.Len()
 	if n == 0 {
 		return
 	}
@@ -183,9 +192,10 @@ func (d *dispatcher) abandonQueue() {
 // Resize has nothing left to act on.
 func (d *dispatcher) exit() {
 	close(d.p.closing) // the clock, deadline mergers and late requests give up
-	close(d.p.work)
+	close(d.p.work)    // the workers run what is buffered first
 	d.clock.stop()
 	d.p.wg.Wait() // each exiting worker counts itself out of stats.workers
+	d.dropRecalled()
 	d.setWorkers(0)
 	d.setState(Stopped)
 }

@@ -91,6 +91,7 @@ func (p *Pool) Status() Status {
 	panicked := s.panicked.Load()
 	callerRan := s.callerRan.Load()
 	workers, busy, done := s.workersAndTasks()
+	waiting := s.waitingNow(p.work)
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
@@ -98,30 +99,59 @@ func (p *Pool) Status() Status {
 		Workers:     workers,
 		Busy:        busy,
 		Idle:        workers - busy,
-		Waiting:     int(s.waiting.Load()),
+		Waiting:     waiting,
 		PeakWorkers: int(s.peakWorkers.Load()),
-		PeakWaiting: int(s.peakWaiting.Load()),
+		PeakWaiting: s.peakAtLeast(waiting),
 		Submitted:   s.submitted.Load() + s.callerSubmitted.Load(),
 		Completed:   done + callerRan,
 		Panicked:    panicked,
 		Rejected:    s.rejected.Load(),
-		Abandoned:   s.abandoned.Load(),
+		Abandoned:   s.abandoned.Load() + s.abandonedLate.Load(),
+	}
+}
+
+// waitingNow returns the tasks waiting for a worker: those in the queue,
+// which the dispatcher publishes, and those in the hand-off buffer, which
+// workers take from without telling it, less the quits in the buffer.
+func (s *stats) waitingNow(work chan job) int {
+	// Read the quits received before those sent, so that quits is never
+	// less than those in the buffer.
+	received := s.quitsReceived.Load()
+	quits := int(s.quitsSent.Load() - received)
+	return max(int(s.waiting.Load())+len(work)-quits, 0)
+}
+
+// peakAtLeast records n as PeakWaiting if it is higher, and returns
+// PeakWaiting. The dispatcher records the peaks it sees; tasks that workers
+// take from the hand-off buffer meanwhile may make Status see others.
+func (s *stats) peakAtLeast(n int) int {
+	for {
+		peak := s.peakWaiting.Load()
+		if int64(n) <= peak {
+			return int(peak)
+		}
+		if s.peakWaiting.CompareAndSwap(peak, int64(n)) {
+			return n
+		}
 	}
 }
 
 // stats holds what Status reports. The dispatcher is the only writer of
 // the fields up to reg, which it publishes with Store so that Status never
-// waits for it; exiting workers also count themselves out of workers. The
-// fields after the padding are added to by submitters and workers.
+// waits for it; exiting workers also count themselves out of workers, and
+// Status raises peakWaiting. The fields after the padding are added to by
+// submitters and workers as well.
 type stats struct {
-	state                atomic.Int32
-	maxWorkers           atomic.Int64
-	workers              atomic.Uint64 // version<<32 | count; see setWorkers
-	peakWorkers          atomic.Int64
-	waiting, peakWaiting atomic.Int64
-	submitted            atomic.Uint64 // tasks the dispatcher accepted
-	abandoned            atomic.Uint64
-	reg                  atomic.Pointer[registry] // every worker, for Status to sum
+	state       atomic.Int32
+	maxWorkers  atomic.Int64
+	workers     atomic.Uint64 // version<<32 | count; see setWorkers
+	peakWorkers atomic.Int64
+	waiting     atomic.Int64 // tasks in the queue, not the hand-off buffer
+	peakWaiting atomic.Int64
+	submitted   atomic.Uint64 // tasks the dispatcher accepted
+	abandoned   atomic.Uint64
+	quitsSent   atomic.Uint64            // zero jobs sent on Pool.work, less those taken back
+	reg         atomic.Pointer[registry] // every worker, for Status to sum
 
 	_ [cacheLine]byte // the dispatcher's fields above, the others' below
 
@@ -129,6 +159,8 @@ type stats struct {
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
 	callerRan       atomic.Uint64 // of them, those that ended
+	abandonedLate   atomic.Uint64 // tasks workers dropped after a Shutdown deadline
+	quitsReceived   atomic.Uint64 // zero jobs workers received
 }
 
 // A registry lists the workers for Status: those started and not yet

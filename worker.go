@@ -2,7 +2,6 @@ package workerpool
 
 import (
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -35,12 +34,10 @@ func (e *PanicError) Unwrap() error {
 // worker: a fire-and-forget func, or a waiter. Exactly one of fn and w is
 // set, or, on p.tasks only, r, a request to the dispatcher.
 type job struct {
-	fn func()
-	w  waiter
-	r  *request
-	// queued says the dispatcher offered the job from its queue, so it
-	// may have more to offer.
-	queued bool
+	fn  func()
+	w   waiter
+	r   *request
+	seq uint64 // its place in acceptance order, from 1; set by the dispatcher
 }
 
 // valid reports whether t is a task rather than the zero job, which tells a
@@ -127,8 +124,8 @@ func (p *Pool) startWorker(w *worker, first job) {
 
 // runWorker is the body of a worker goroutine: it runs t, then each task it
 // receives on p.work, until it receives the zero job or p.work is closed.
-// A task on receipt is already counted busy in w.phase: the dispatcher sets
-// it for a first task, and the loop below for the others.
+// The dispatcher counts a first task busy in w.phase; the loop below counts
+// the others.
 func (p *Pool) runWorker(w *worker, t job) {
 	defer p.wg.Done()
 	returned := false
@@ -140,43 +137,66 @@ func (p *Pool) runWorker(w *worker, t job) {
 			p.startWorker(w, job{})
 		}
 	}()
+	if t.valid() {
+		p.run(t, w)
+	}
 	for {
-		if t.valid() {
-			p.run(t, w)
-		}
 		w.since.Store(p.tick.Load() + 1) // idle from now, for reaping
-		var open, yield bool
-		if t.queued {
-			// The dispatcher may be offering the next queued task.
-			select {
-			case t, open = <-p.work:
-				yield = true
-			default:
-				t, open = <-p.work
-			}
-		} else {
-			t, open = <-p.work
-		}
+		t, open := <-p.work
 		if !t.valid() {
-			if !open {
+			if open {
+				p.stats.quitsReceived.Add(1)
+				if p.wants.Load()&wantTaken != 0 {
+					p.signal() // the dispatcher counts workers out
+				}
+			} else {
 				// The dispatcher is exiting and counts down no more.
 				p.stats.countOut()
 			}
 			break
 		}
+		if wants := p.wants.Load(); wants != 0 && p.attend(wants, t) {
+			continue // dropped: a Shutdown deadline has passed
+		}
 		w.phase.Store(w.phase.Load() | 1) // busy, then not idle
 		w.since.Store(0)
-		if yield && t.queued {
-			// Taking the offer without waiting made the dispatcher
-			// runnable on this thread, where this task would hold it
-			// up: no other worker could take a queued task until the
-			// task ends, microseconds for a long one. Let the
-			// dispatcher offer the next one first.
-			runtime.Gosched()
-		}
+		p.run(t, w)
 	}
 	w.since.Store(exitedMark)
 	returned = true
+}
+
+// attend does what the dispatcher wants of a worker that has just received
+// t, and reports whether t must not run.
+func (p *Pool) attend(wants uint32, t job) (drop bool) {
+	if wants&wantTaken != 0 {
+		p.signal() // t left the hand-off buffer
+	}
+	if wants&watchDeadline != 0 {
+		select {
+		case <-*p.deadline.Load():
+			p.dropLate(t)
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// signal wakes the dispatcher, if it is not awake already.
+func (p *Pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default: // a signal is pending: it will do
+	}
+}
+
+// dropLate drops t, which a worker received from the hand-off buffer after
+// a Shutdown deadline passed, before the dispatcher took the buffer back:
+// no queued task starts once the deadline has passed.
+func (p *Pool) dropLate(t job) {
+	p.stats.abandonedLate.Add(1)
+	p.recall(t)
 }
 
 // run runs one task and accounts for it, on worker w or, for CallerRuns
@@ -233,12 +253,8 @@ func (p *Pool) taskDone(w *worker, panicked bool) {
 	if panicked {
 		p.stats.panicked.Add(1)
 	}
-	if p.wantIdle.Load() {
-		// A signal already pending will do as well.
-		select {
-		case p.idleWake <- struct{}{}:
-		default:
-		}
+	if p.wants.Load()&wantIdle != 0 {
+		p.signal() // a Pause waits for running tasks to end
 	}
 }
 

@@ -1,0 +1,114 @@
+package workerpool
+
+import (
+	"cmp"
+	"slices"
+)
+
+// The hand-off buffer. p.work's buffer lets a worker that comes free take
+// its next task while the dispatcher is busy or not even scheduled: without
+// it, every queued task needs the dispatcher and the worker to meet, and
+// when the tasks are long, a worker coming free waits while the dispatcher
+// sits runnable behind the other workers' tasks. The buffer only ever holds
+// tasks the dispatcher would have handed out next, in order; but they are
+// out of its hands, so whatever must keep tasks from starting takes them
+// back first:
+//   - a pause, before it takes hold (takeBack);
+//   - Stop and a passed Shutdown deadline, which drop them with the queue;
+//     and a worker that receives a task after the deadline, before the
+//     dispatcher has taken the buffer back, drops it itself (dropLate);
+//   - a bounded queue's backpressure counts the buffered tasks as waiting,
+//     and has the workers signal as they take them, so that Block
+//     submitters get in as soon as there is room (wantTaken); so do the
+//     quits on their way to workers, and a StopWait that waits for the
+//     buffer to empty.
+
+// updateWants sets p.wants from the dispatcher's state: what it needs the
+// workers to tell it, and whether they must check a Shutdown deadline. The
+// loop calls it before it looks at room, so that a worker taking a task
+// from the buffer either is seen by that look or sees wantTaken and signals.
+func (d *dispatcher) updateWants() {
+	var wants uint32
+	if d.pauseAck != nil {
+		wants |= wantIdle
+	}
+	if len(d.p.work) > 0 && (d.draining || d.quitting() > 0 || !d.room()) {
+		wants |= wantTaken
+	}
+	if d.deadline != nil {
+		wants |= watchDeadline
+	}
+	if wants != d.wants {
+		d.wants = wants
+		d.p.wants.Store(wants)
+	}
+}
+
+// takeBack empties the hand-off buffer and returns the tasks that were in
+// it, in order, so that none starts before the dispatcher hands it out
+// again or drops it. A worker may take one at the same time; it then runs,
+// as if handed out just before. A quit taken back counts for nothing: the
+// loop offers quits again while there are more workers than the maximum.
+func (d *dispatcher) takeBack() []job {
+	var back []job
+	for len(d.p.work) > 0 {
+		select {
+		case t := <-d.p.work:
+			if t.valid() {
+				back = append(back, t)
+				d.handed--
+			} else {
+				d.quits--
+				d.p.stats.quitsSent.Store(d.quits)
+			}
+		default:
+		}
+	}
+	return back
+}
+
+// requeue puts tasks taken back at the front of the queue, in order.
+func (d *dispatcher) requeue(back []job) {
+	for _, t := range slices.Backward(back) {
+		if t.w != nil {
+			d.waiters.PushFront(t.w)
+		}
+		d.queue.PushFront(t.fn) // nil for a waiter
+	}
+	d.setWaiting()
+}
+
+// recall records tasks dropped from the hand-off buffer, by the dispatcher
+// (taken back for Stop or a passed Shutdown deadline) or by a worker (see
+// dropLate), and tells their waiters.
+func (p *Pool) recall(tasks ...job) {
+	p.recalled.mu.Lock()
+	p.recalled.jobs = append(p.recalled.jobs, tasks...)
+	p.recalled.mu.Unlock()
+	for _, t := range tasks {
+		if t.w != nil {
+			t.w.finish(ErrStopped)
+		}
+	}
+}
+
+// dropRecalled puts the recalled tasks at the front of the dropped ones, in
+// the order they were sent: they left the queue before the tasks dropped
+// from it, and the dispatcher and the workers took them from the buffer
+// concurrently. It is called once every worker has exited.
+func (d *dispatcher) dropRecalled() {
+	recalled := d.p.recalled.jobs
+	if len(recalled) == 0 {
+		return
+	}
+	slices.SortFunc(recalled, func(a, b job) int { return cmp.Compare(a.seq, b.seq) })
+	var tasks []func()
+	for _, t := range recalled {
+		if t.fn != nil {
+			tasks = append(tasks, t.fn)
+		}
+	}
+	d.p.abandoned = append(tasks, d.p.abandoned...)
+	d.p.dropped = true
+	d.p.recalled.jobs = nil
+}
