@@ -173,7 +173,8 @@ func TestAtMaxDeliverWithoutDeadLetterAFailedMessageIsTerminated(t *testing.T) {
 	publishJobs(t, js, jobs)
 
 	ta := newTally()
-	stop := consuming(t, newPool(t, 2), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
+	stop := consuming(t, newPool(t, 2, quiet), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		panic("always")
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))

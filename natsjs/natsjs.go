@@ -42,12 +42,18 @@
 //
 // # Stopping
 //
-// When ctx is done, Consume asks for no more messages, hands back at once
-// (Nak) the messages whose handlers have not started, so that other
-// processes get them without waiting for AckWait, waits for the running
-// handlers to finish and be acked, and returns nil. A pull already sent may
-// bring messages for up to about a second more; they are handed back as they
-// come. Consume does not stop the pool.
+// When ctx is done, Consume starts no more handlers and asks for no more
+// messages. As soon as the pull it had sent ends, within half a second, it
+// hands back (Nak) every message whose handler has not started, so that
+// other processes get them without waiting for AckWait. It waits for the
+// running handlers to finish and their messages to be settled, and returns
+// nil. It does not stop the pool.
+//
+// Consume waits for its last pull to end, rather than abandon it, because
+// the server may already have sent that pull a message, which nobody would
+// then hold until AckWait; and it hands messages back only then, because a
+// message handed back while the pull is outstanding could come straight
+// back to it, costing a delivery towards MaxDeliver.
 package natsjs
 
 import (
@@ -66,8 +72,9 @@ import (
 // subject, if one is set).
 //
 // ctx is done when Consume's ctx is done, or when Consume stops because
-// the pool stopped or the consumer is gone; a handler that returns an error
-// once ctx is done has its message handed back at once, without the backoff.
+// the pool stopped or the consumer is gone; no handler starts after that.
+// A handler that returns an error once ctx is done has its message handed
+// back at once, without the backoff.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
 // nil, and Consume's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
@@ -144,11 +151,10 @@ const (
 	// maxPullBatch bounds one pull, whatever WithMaxInFlight allows: each
 	// pull allocates buffers for its whole batch.
 	maxPullBatch = 1024
-	// pullWait is how long one pull waits for messages. A stop waits for
-	// the pull under way to end rather than abandon it, since a message the
-	// server sent to an abandoned pull would be held by nobody until
-	// AckWait: so it is the longest a stop waits for pulling to end.
-	pullWait = time.Second
+	// pullWait is how long one pull waits for messages: the longest a stop
+	// waits for its last pull to end before it hands messages back (see
+	// the package doc). An idle process sends two pulls a second.
+	pullWait = 500 * time.Millisecond
 	// poolPoll is how often Consume checks whether its pool was stopped.
 	poolPoll = 100 * time.Millisecond
 	// settleTimeout bounds a confirmed ack and a dead-letter publication.

@@ -13,10 +13,16 @@ import (
 )
 
 // A run is one call of Consume. Four kinds of goroutine touch it: the
-// puller (Consume's own goroutine), which takes slots, pulls and registers
-// messages; the feeder, which submits them to the pool; the watcher, which
-// sends progress, watches the pool and hands messages back on a stop; and
-// the pool's workers, which run handlers and settle messages.
+// puller (Consume's own goroutine), which takes slots, pulls, registers
+// messages and, at the end, hands back the ones not started; the feeder,
+// which submits them to the pool; the watcher, which sends progress,
+// watches the pool and tells the handlers of a stop; and the pool's
+// workers, which run handlers and settle messages.
+//
+// A stop hands messages back only once no pull is outstanding: the server
+// redelivers a Nak'd message at once, to any pull waiting, and that could be
+// this process's own last pull, which would cost the message a delivery
+// towards MaxDeliver each time it bounced.
 type run struct {
 	p          *workerpool.Pool
 	cons       jetstream.Consumer
@@ -25,11 +31,16 @@ type run struct {
 	maxDeliver int // the consumer's MaxDeliver; 0 or less: no limit
 	maxBatch   int // the most messages one pull asks for
 
-	// ctx is the handlers' context and the run's stop signal: done when
-	// Consume's ctx is, or when the run ends for another reason, which is
-	// then in err.
+	// ctx is the run's stop signal: done when Consume's ctx is, or when
+	// the run ends for another reason, which is then in err.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// handlerCtx is the handlers' ctx. The watcher cancels it once it has
+	// set stopping after ctx is done, so that no handler starts once one
+	// sees its ctx done: a handler returning on it frees a worker that
+	// would otherwise start the next waiting message.
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
 
 	// slots is the in-flight bound: the puller sends to take a slot before
 	// it pulls, and whoever ends a message's stay receives to give its slot
@@ -48,9 +59,14 @@ type run struct {
 	// held is every message taken and not yet settled or handed back, with
 	// its stage. Guarded by mu.
 	held map[*message]struct{}
-	// stopping is set once, by handBackWaiting; from then on no handler
-	// starts and every message that arrives is handed back. Guarded by mu.
+	// stopping is set once, by the watcher when ctx is done; from then on
+	// no handler starts and no message goes to the pool: they wait for the
+	// puller to hand them back. Guarded by mu.
 	stopping bool
+	// handingBack is set once, by the puller when no pull is outstanding
+	// any more and it hands back the waiting messages; from then on a
+	// message is handed back at once. Guarded by mu.
+	handingBack bool
 	// err is why the run ended, if not because Consume's ctx is done.
 	// Guarded by mu.
 	err error
@@ -85,6 +101,7 @@ func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h 
 		held:       make(map[*message]struct{}),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.handlerCtx, r.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
 	return r
 }
 
@@ -104,13 +121,13 @@ func (r *run) run(ctx context.Context) error {
 
 	r.pull()
 
-	// The puller sends nothing more, so the feeder drains queue and exits.
+	// No pull is outstanding: hand back, at once, every message whose
+	// handler has not started. None will start now (stopping is set).
+	r.stop()
+	r.handBackWaiting()
+	// The feeder drains queue, submitting nothing more, and exits.
 	close(r.queue)
 	<-feederDone
-	// The watcher handed back the waiting messages when r.ctx ended; doing
-	// it again catches any that the feeder failed to submit since. Then no
-	// handler can start, and the running ones are counted.
-	r.handBackWaiting()
 	r.running.Wait()
 	// Every handler has settled its message: nothing needs progress now.
 	close(watcherExit)
@@ -233,19 +250,16 @@ func (r *run) fatal(err error) bool {
 }
 
 // register takes charge of a message a pull brought, in the slot taken for
-// it: it hands it to the feeder, or back to the server if the run is
-// stopping.
+// it: it holds it and hands it to the feeder, unless the run is stopping.
 func (r *run) register(msg jetstream.Msg) {
 	m := &message{msg: msg}
 	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
-		r.handBack(m)
-		return
-	}
 	r.held[m] = struct{}{}
+	stopping := r.stopping
 	r.mu.Unlock()
-	r.queue <- m // never blocks: see queue
+	if !stopping {
+		r.queue <- m // never blocks: see queue
+	}
 }
 
 // feed submits the registered messages to the pool, in the order they
@@ -256,16 +270,17 @@ func (r *run) feed() {
 	}
 }
 
-// submit submits m's task to the pool. If the pool does not take it, it
-// hands m back; if the pool is stopped, it ends the run too.
+// submit submits m's task to the pool. If the pool does not take it, m
+// stays held, waiting, until the stop hands it back; if the pool is
+// stopped, it ends the run.
 func (r *run) submit(m *message) {
 	task := func() { r.runTask(m) }
 	var pause time.Duration // while the pool's bounded queue rejects
 	for {
 		r.mu.Lock()
-		handedBack := m.stage == handedBack
+		stopping := r.stopping
 		r.mu.Unlock()
-		if handedBack {
+		if stopping {
 			return
 		}
 		err := r.p.SubmitCtx(r.ctx, task)
@@ -284,15 +299,13 @@ func (r *run) submit(m *message) {
 		case errors.Is(err, workerpool.ErrStopped):
 			r.end(workerpool.ErrStopped)
 		}
-		// Stopping: hand m back unless the watcher did.
-		r.takeBack(m)
-		return
+		return // stopping: the puller hands m back
 	}
 }
 
 // watch sends progress for every held message each progress interval,
-// checks the pool every poolPoll, and hands back the waiting messages as
-// soon as r.ctx is done, until exit is closed.
+// checks the pool every poolPoll, and stops the handlers as soon as r.ctx
+// is done, until exit is closed.
 func (r *run) watch(exit <-chan struct{}) {
 	progress := time.NewTicker(r.cfg.progress)
 	defer progress.Stop()
@@ -315,9 +328,9 @@ func (r *run) watch(exit <-chan struct{}) {
 				r.end(workerpool.ErrStopped)
 			}
 		case <-stop:
-			// The stop hands never-started messages back at once, while
-			// the puller may still be waiting for its last pull.
-			r.handBackWaiting()
+			// No handler may start from now on, while the puller waits
+			// for its last pull; only then are the handlers told.
+			r.stop()
 			stop = nil
 		case <-exit:
 			return
@@ -335,12 +348,21 @@ func (r *run) heldMsgs(buf []jetstream.Msg) []jetstream.Msg {
 	return buf
 }
 
-// handBackWaiting marks the run as stopping and hands back every message
-// whose handler has not started.
+// stop sets stopping, so that no handler starts, then cancels the
+// handlers' ctx.
+func (r *run) stop() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	r.cancelHandler()
+}
+
+// handBackWaiting hands back every message whose handler has not started.
+// Only the puller calls it, once no pull is outstanding and stopping is set.
 func (r *run) handBackWaiting() {
 	var back []*message
 	r.mu.Lock()
-	r.stopping = true
+	r.handingBack = true
 	for m := range r.held {
 		if m.stage == waiting {
 			m.stage = handedBack
@@ -352,20 +374,6 @@ func (r *run) handBackWaiting() {
 	for _, m := range back {
 		r.handBack(m)
 	}
-}
-
-// takeBack hands m back if its handler has not started and nobody handed
-// it back yet.
-func (r *run) takeBack(m *message) {
-	r.mu.Lock()
-	if m.stage != waiting {
-		r.mu.Unlock()
-		return
-	}
-	m.stage = handedBack
-	delete(r.held, m)
-	r.mu.Unlock()
-	r.handBack(m)
 }
 
 // handBack returns a message that is no longer held to the server for

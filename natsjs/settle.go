@@ -19,8 +19,9 @@ var errHandlerPanicked = errors.New("natsjs: handler panicked or called runtime.
 // handed m back first, and settles m.
 func (r *run) runTask(m *message) {
 	r.mu.Lock()
-	if m.stage != waiting {
-		// Handed back: the task outlived its message, perhaps its run.
+	if m.stage != waiting || r.stopping {
+		// Stopping: the puller hands m back, if it has not already and
+		// the task outlived its message, perhaps its run.
 		r.mu.Unlock()
 		return
 	}
@@ -33,7 +34,7 @@ func (r *run) runTask(m *message) {
 	// it to its panic handler; the message is settled on the way out.
 	err := errHandlerPanicked
 	defer func() { r.settle(m, err) }()
-	err = r.h(r.ctx, m.msg)
+	err = r.h(r.handlerCtx, m.msg)
 }
 
 // settle ends m's stay after its handler returned err: it acks m and waits
@@ -41,6 +42,9 @@ func (r *run) runTask(m *message) {
 // m's last delivery, it dead-letters and terminates m. Then it gives m's
 // slot back.
 func (r *run) settle(m *message, err error) {
+	if err != nil && r.handlerCtx.Err() != nil && r.leaveToStop(m) {
+		return
+	}
 	defer r.release(m)
 	// Settling goes on after a stop: it is how a stop finishes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
@@ -70,9 +74,10 @@ func (r *run) settle(m *message, err error) {
 		_ = m.msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
 		return
 	}
-	if r.ctx.Err() != nil {
+	if r.handlerCtx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
-		// ctx: another process may take the message at once.
+		// ctx, after the stop's hand-back: another process may take the
+		// message at once.
 		_ = m.msg.Nak()
 		return
 	}
@@ -81,6 +86,25 @@ func (r *run) settle(m *message, err error) {
 	} else {
 		_ = m.msg.Nak()
 	}
+}
+
+// leaveToStop makes m, whose handler failed during a stop, wait again, to
+// be handed back at once by the stop, as a message that never started is,
+// unless its last delivery is due or the stop has handed back already. It
+// reports whether it did.
+func (r *run) leaveToStop(m *message) bool {
+	if r.maxDeliver > 0 {
+		if md, err := m.msg.Metadata(); err != nil || md.NumDelivered >= uint64(r.maxDeliver) {
+			return false
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handingBack {
+		return false
+	}
+	m.stage = waiting
+	return true
 }
 
 // release forgets a settled message and gives its slot back.
