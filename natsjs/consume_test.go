@@ -50,7 +50,7 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 				return nil
 			}, tc.opts...)
 
-			eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "stream not emptied")
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "stream not emptied")
 			require.NoError(t, stop())
 			requireEachOnce(t, ta, jobs)
 			info := consumerInfo(t, cons)
@@ -94,7 +94,7 @@ func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testin
 				return errors.New("boom")
 			}, natsjs.WithBackoff(backoff))
 
-			eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "message never acked")
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "message never acked")
 			require.NoError(t, stop())
 			mu.Lock()
 			defer mu.Unlock()
@@ -179,7 +179,7 @@ func TestAtMaxDeliverWithoutDeadLetterAFailedMessageIsTerminated(t *testing.T) {
 		panic("always")
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
 
-	eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "exhausted messages not terminated")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "exhausted messages not terminated")
 	require.NoError(t, stop())
 	for i, n := range ta.snapshot() {
 		assert.Equal(t, maxDeliver, n, "job %s", i)

@@ -112,7 +112,7 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 		return nil
 	}, natsjs.WithMaxInFlight(jobs))
 
-	eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "jobs not all acked")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
 	require.NoError(t, stop())
 	requireEachOnce(t, ta, jobs)
 	assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")

@@ -110,6 +110,17 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
 	return info.State.Msgs
 }
 
+// streamEmpty reports whether stream name holds no message; false if the
+// server does not answer, as while the connection is being restored.
+func streamEmpty(js jetstream.JetStream, name string) bool {
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(context.Background())
+	return err == nil && info.State.Msgs == 0
+}
+
 // consumerInfo returns the consumer's info, fresh from the server.
 func consumerInfo(t testing.TB, cons jetstream.Consumer) *jetstream.ConsumerInfo {
 	t.Helper()

@@ -63,7 +63,7 @@ func TestAGracefulStopHandsNeverStartedMessagesBackAtOnce(t *testing.T) {
 	close(release)
 	require.NoError(t, <-stoppedA)
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
-	eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "A's last job not acked")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "A's last job not acked")
 	require.NoError(t, stopB())
 	assert.Len(t, startedA, 0, "A started a job after its stop")
 }
@@ -146,7 +146,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	}
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
 	assert.Len(t, started, 0)
-	eventually(t, func() bool { return streamMsgs(t, js, "JOBS") == 0 }, "jobs left in the stream")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
 	require.NoError(t, stopB())
 }
 
