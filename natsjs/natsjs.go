@@ -16,20 +16,23 @@
 // # Delivery
 //
 // Delivery is at least once. [Consume] acks a message after its handler
-// returns nil, and waits for the server to confirm the ack; an error or a
-// panic makes the message come back after a backoff, until the consumer's
-// MaxDeliver, after which it is terminated (and copied to a dead-letter
-// subject first, see [WithDeadLetter]). A message can be handled more than
-// once when a process dies or loses its connection while it holds it, so
-// handlers should be idempotent, keyed for example on the Nats-Msg-Id
-// header or on the message's stream sequence.
+// returns nil; an error or a panic makes the message come back after a
+// backoff, until the consumer's MaxDeliver, after which it is terminated
+// (and copied to a dead-letter subject first, see [WithDeadLetter]). A
+// message can be handled more than once when a process dies or loses its
+// connection while it holds it, so handlers should be idempotent, keyed for
+// example on the Nats-Msg-Id header or on the message's stream sequence.
 //
-// A process that dies handles at most min(p.Size(), WithMaxInFlight)
-// messages that will be handled again: only a message whose handler has
-// started can have had effects, and a handler keeps its worker until the
-// server has confirmed its ack. The others come back untouched after
-// AckWait. A process that loses its connection for longer than AckWait may
-// finish, unconfirmed, every message it held: at most WithMaxInFlight.
+// A message stays held, in its slot, until the server has confirmed its ack
+// (the worker is free as soon as the handler returns), so the server knows
+// of every message a process handled except those it holds. A process
+// that dies therefore leaves at most [WithMaxInFlight] messages that were
+// handled, or partly handled, and will be handled again; the others it held
+// come back untouched. So does a process that loses its connection for
+// longer than AckWait: the messages it held go to others, and it may still
+// finish them. Both bounds assume the process sent its progress messages in
+// time (see [WithProgressInterval]): a process too starved of CPU to do so
+// for most of an AckWait may have any message it holds redelivered.
 //
 // # Flow control
 //

@@ -28,35 +28,49 @@ func (r *run) runTask(m *message) {
 	m.stage = started
 	r.running.Add(1)
 	r.mu.Unlock()
-	defer r.running.Done() // deferred first, so it runs after settling
 
 	// A panic is not recovered here, so that the pool counts it and passes
 	// it to its panic handler; the message is settled on the way out.
 	err := errHandlerPanicked
-	defer func() { r.settle(m, err) }()
+	defer func() {
+		if err == nil {
+			// The worker is free at once; m keeps its slot until the
+			// server confirms the ack.
+			go func() {
+				defer r.running.Done()
+				r.ack(m)
+			}()
+			return
+		}
+		defer r.running.Done()
+		r.settle(m, err)
+	}()
 	err = r.h(r.handlerCtx, m.msg)
 }
 
-// settle ends m's stay after its handler returned err: it acks m and waits
-// for the server to confirm, or it hands m back with the backoff, or, on
-// m's last delivery, it dead-letters and terminates m. Then it gives m's
-// slot back.
+// ack acks m, waits for the server to confirm it, and gives m's slot back.
+// Until then, m counts as held: a process that dies has never handled more
+// than WithMaxInFlight messages whose acks the server had not stored. A
+// failed ack is left to AckWait.
+func (r *run) ack(m *message) {
+	defer r.release(m)
+	// Acking goes on after a stop: it is how a stop finishes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
+	defer cancel()
+	_ = m.msg.DoubleAck(ctx)
+}
+
+// settle ends the stay of m, whose handler failed with err: it hands m
+// back with the backoff or, on m's last delivery, it dead-letters and
+// terminates m. Then it gives m's slot back.
 func (r *run) settle(m *message, err error) {
-	if err != nil && r.handlerCtx.Err() != nil && r.leaveToStop(m) {
+	if r.handlerCtx.Err() != nil && r.leaveToStop(m) {
 		return
 	}
 	defer r.release(m)
 	// Settling goes on after a stop: it is how a stop finishes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
 	defer cancel()
-	if err == nil {
-		// Waiting for the server's answer keeps the worker, and so the
-		// slot, until the ack is stored: a process that dies has never
-		// handled more than its running handlers without the server
-		// knowing. A failed ack is left to AckWait.
-		_ = m.msg.DoubleAck(ctx)
-		return
-	}
 	delivery := uint64(1)
 	if md, mdErr := m.msg.Metadata(); mdErr == nil {
 		delivery = md.NumDelivered
