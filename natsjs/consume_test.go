@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,9 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 		{"default", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, nil},
 		{"one worker, many in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 1) }, []natsjs.Option{natsjs.WithMaxInFlight(50)}},
 		{"many workers, one in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 16) }, []natsjs.Option{natsjs.WithMaxInFlight(1)}},
+		// More than one pull asks for, and than the consumer's default
+		// MaxAckPending (1000): the server holds back, nothing breaks.
+		{"in flight beyond a pull and MaxAckPending", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithMaxInFlight(5000)}},
 		{"bounded queue that blocks", func(t *testing.T) *workerpool.Pool {
 			return newPool(t, 2, workerpool.WithMaxWaiting(1))
 		}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
@@ -63,7 +67,7 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testing.T) {
 	const failures = 2 // deliveries that fail before one succeeds
 	backoff := func(delivery uint64) time.Duration { return time.Duration(delivery) * 300 * time.Millisecond }
-	for _, kind := range []string{"error", "panic"} {
+	for _, kind := range []string{"error", "panic", "goexit"} {
 		t.Run(kind, func(t *testing.T) {
 			s := startServer(t)
 			_, js := connect(t, s)
@@ -88,8 +92,11 @@ func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testin
 					return nil
 				}
 				ends = append(ends, time.Now())
-				if kind == "panic" {
+				switch kind {
+				case "panic":
 					panic("boom")
+				case "goexit":
+					runtime.Goexit() // runs the deferred Unlock
 				}
 				return errors.New("boom")
 			}, natsjs.WithBackoff(backoff))
@@ -112,6 +119,8 @@ func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testin
 			} else {
 				assert.Zero(t, panics.Load())
 			}
+			// The pool counts a task just after it returns.
+			eventually(t, func() bool { return p.Status().Completed == failures+1 }, "the pool lost count")
 		})
 	}
 }
