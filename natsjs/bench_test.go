@@ -34,7 +34,9 @@ import (
 //   - Messages: the loop, with Messages' default buffer of 500 messages,
 //     acking with Ack, which does not wait for the server;
 //   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
-//     the closest it comes to Consume's bound.
+//     the closest it comes to Consume's bound;
+//   - Messages2nPool: that loop, each goroutine running its jobs on a pool
+//     of n with SubmitWait: what the pool's hand-offs cost it.
 func BenchmarkLoopback(b *testing.B) {
 	works := []struct {
 		name string
@@ -45,7 +47,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n"} {
+			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -100,14 +102,20 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 				b.Error(err)
 			}
 		})
-	case "Messages", "Messages2n":
+	case "Messages", "Messages2n", "Messages2nPool":
 		var opts []jetstream.PullMessagesOpt
-		if impl == "Messages2n" {
+		if impl != "Messages" {
 			opts = append(opts, jetstream.PullMaxMessages(2*n))
 		}
 		it, err := cons.Messages(opts...)
 		require.NoError(b, err)
 		stop = it.Stop
+		run := func(job func()) { job() }
+		if impl == "Messages2nPool" {
+			p := workerpool.New(n)
+			defer p.Stop()
+			run = func(job func()) { _ = p.SubmitWait(job) }
+		}
 		for range n {
 			wg.Go(func() {
 				for {
@@ -115,8 +123,10 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 					if err != nil {
 						return // the iterator was stopped
 					}
-					work()
-					count()
+					run(func() {
+						work()
+						count()
+					})
 					_ = msg.Ack()
 				}
 			})

@@ -145,7 +145,7 @@ func Consume(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h
 	if mb := info.Config.MaxRequestBatch; mb > 0 {
 		maxBatch = min(maxBatch, mb)
 	}
-	return newRun(ctx, p, cons, h, cfg, info.Config.MaxDeliver, maxBatch).run(ctx)
+	return newRun(ctx, p, cons, h, cfg, info.Config.MaxDeliver, maxBatch).run()
 }
 
 const (

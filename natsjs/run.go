@@ -106,7 +106,7 @@ func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h 
 }
 
 // run is Consume's body once its arguments were checked.
-func (r *run) run(ctx context.Context) error {
+func (r *run) run() error {
 	watcherDone := make(chan struct{})
 	watcherExit := make(chan struct{})
 	go func() {
