@@ -1,0 +1,145 @@
+package natsjs_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkLoopback measures jobs per second through an embedded server on
+// loopback: Consume on a pool of n workers against a hand-written loop over
+// Messages() in n goroutines, each job a handler call and an ack. Every
+// run publishes b.N jobs before the timer starts; run it with a fixed
+// -benchtime (such as 20000x) so that all consume the same number, and
+// interleave the runs:
+//
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench Loopback -benchtime 20000x; done > bench.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
+//
+// The work is either nothing ("none", which shows the adapter's cost per
+// job at its worst) or 1ms asleep ("sleep1ms", a job that waits on I/O).
+//
+// The implementations:
+//   - Consume: natsjs.Consume with its default bound, 2n messages held;
+//   - Consume500: natsjs.Consume holding up to 500, as Messages does;
+//   - Messages: the loop, with Messages' default buffer of 500 messages,
+//     acking with Ack, which does not wait for the server;
+//   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
+//     the closest it comes to Consume's bound;
+//   - Messages2nPool: that loop, each goroutine running its jobs on a pool
+//     of n with SubmitWait: what the pool's hand-offs cost it.
+func BenchmarkLoopback(b *testing.B) {
+	works := []struct {
+		name string
+		fn   func()
+	}{
+		{"none", func() {}},
+		{"sleep1ms", func() { time.Sleep(time.Millisecond) }},
+	}
+	for _, work := range works {
+		for _, n := range []int{8} {
+			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool"} {
+				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
+					benchLoopback(b, n, impl, work.fn)
+				})
+			}
+		}
+	}
+}
+
+func benchLoopback(b *testing.B, n int, impl string, work func()) {
+	s := startServer(b)
+	_, js := connect(b, s)
+	cons := workQueue(b, js, 30*time.Second, 0)
+	for i := range b.N {
+		_, err := js.PublishAsync("jobs."+strconv.Itoa(i), []byte(strconv.Itoa(i)))
+		require.NoError(b, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("publishing timed out")
+	}
+
+	var handled atomic.Int64
+	all := make(chan struct{})
+	count := func() {
+		if handled.Add(1) == int64(b.N) {
+			close(all)
+		}
+	}
+	var wg sync.WaitGroup
+	var stop func() // ends the consumers' goroutines
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	switch impl {
+	case "Consume", "Consume500":
+		var opts []natsjs.Option
+		if impl == "Consume500" {
+			opts = append(opts, natsjs.WithMaxInFlight(500))
+		}
+		p := workerpool.New(n)
+		defer p.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		stop = cancel
+		wg.Go(func() {
+			err := natsjs.Consume(ctx, p, cons, func(context.Context, jetstream.Msg) error {
+				work()
+				count()
+				return nil
+			}, opts...)
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	case "Messages", "Messages2n", "Messages2nPool":
+		var opts []jetstream.PullMessagesOpt
+		if impl != "Messages" {
+			opts = append(opts, jetstream.PullMaxMessages(2*n))
+		}
+		it, err := cons.Messages(opts...)
+		require.NoError(b, err)
+		stop = it.Stop
+		run := func(job func()) { job() }
+		if impl == "Messages2nPool" {
+			p := workerpool.New(n)
+			defer p.Stop()
+			run = func(job func()) { _ = p.SubmitWait(job) }
+		}
+		for range n {
+			wg.Go(func() {
+				for {
+					msg, err := it.Next()
+					if err != nil {
+						return // the iterator was stopped
+					}
+					run(func() {
+						work()
+						count()
+					})
+					_ = msg.Ack()
+				}
+			})
+		}
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("jobs not all handled")
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	stop()
+	wg.Wait()
+}

@@ -1,0 +1,174 @@
+package natsjs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The crash test's worker processes are this test binary, run again with
+// these variables set: the server's URL and the file where the worker
+// records each job it handled.
+const (
+	crashURLEnv    = "NATSJS_CRASH_URL"
+	crashRecordEnv = "NATSJS_CRASH_RECORD"
+)
+
+const (
+	crashJobs     = 600
+	crashWorkers  = 4 // each worker process's pool size
+	crashInFlight = 8 // each worker process's WithMaxInFlight
+)
+
+func TestACrashedProcessLosesNothingAndDuplicatesAtMostItsInFlightBound(t *testing.T) {
+	if url := os.Getenv(crashURLEnv); url != "" {
+		crashWorker(t, url, os.Getenv(crashRecordEnv))
+		return
+	}
+	s := startServer(t)
+	_, js := connect(t, s)
+	workQueue(t, js, 3*time.Second, 0) // progress every second: slack for a loaded machine
+	publishJobs(t, js, crashJobs)
+
+	dir := t.TempDir()
+	start := func(name string) (*exec.Cmd, string, *bytes.Buffer) {
+		record := filepath.Join(dir, name)
+		var out bytes.Buffer
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=2m")
+		cmd.Env = append(os.Environ(), crashURLEnv+"="+s.ClientURL(), crashRecordEnv+"="+record)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
+		return cmd, record, &out
+	}
+	victim, victimRecord, _ := start("victim")
+	survivor, survivorRecord, survivorOut := start("survivor")
+
+	// Kill the victim mid-run, once it has handled a tenth of the jobs.
+	eventually(t, func() bool { return countRecords(victimRecord) >= crashJobs/10 }, "the victim handled nothing")
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	_ = victim.Wait()
+	killedAfter := countRecords(victimRecord)
+
+	// The survivor gets everything, the victim's messages after AckWait.
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, survivor.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, survivor.Wait(), "survivor: %s", survivorOut)
+
+	victimJobs, survivorJobs := readRecord(t, victimRecord), readRecord(t, survivorRecord)
+	require.Len(t, victimJobs, killedAfter, "the victim recorded jobs after it was killed")
+	assert.Less(t, killedAfter, crashJobs, "the victim was not killed mid-run")
+	counts := make(map[int]int)
+	redelivered := 0 // to the survivor, after the victim's death
+	for _, r := range append(victimJobs, survivorJobs...) {
+		counts[r.job]++
+		if r.delivery > 1 {
+			redelivered++
+		}
+	}
+	duplicates := 0
+	victimHad := make(map[int]bool)
+	for _, r := range victimJobs {
+		victimHad[r.job] = true
+	}
+	for job := range crashJobs {
+		assert.GreaterOrEqual(t, counts[job], 1, "job %d lost", job)
+		if counts[job] > 1 {
+			duplicates += counts[job] - 1
+			assert.True(t, victimHad[job], "job %d handled twice without the victim", job)
+		}
+	}
+	assert.Len(t, counts, crashJobs)
+	// Only a message the victim held can have been handled twice: it holds
+	// a message until the server has confirmed its ack.
+	assert.LessOrEqual(t, duplicates, crashInFlight)
+	// The victim held messages when it died: the server redelivered them.
+	assert.Positive(t, redelivered, "nothing was redelivered: the victim held nothing")
+	assert.LessOrEqual(t, redelivered, crashInFlight, "redelivered more than the victim could hold")
+	t.Logf("victim handled %d before the kill, survivor %d; %d redelivered, %d duplicates",
+		killedAfter, len(survivorJobs), redelivered, duplicates)
+}
+
+// crashWorker is a worker process of the crash test: it consumes the jobs
+// until SIGTERM, recording each job it handled in record.
+func crashWorker(t *testing.T, url, record string) {
+	nc, err := nats.Connect(url, nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(context.Background(), "JOBS", "workers")
+	require.NoError(t, err)
+	f, err := os.OpenFile(record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
+	p := workerpool.New(crashWorkers)
+	defer p.StopWait()
+	err = natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		// One write(2) per record, unbuffered: a SIGKILL cannot tear it,
+		// and every record written before the ack survives the process.
+		if _, err := fmt.Fprintf(f, "%s %d\n", msg.Data(), md.NumDelivered); err != nil {
+			return err
+		}
+		// The rest of the job's work: a kill now repeats a recorded job.
+		time.Sleep(10 * time.Millisecond)
+		return nil
+	}, natsjs.WithMaxInFlight(crashInFlight))
+	require.NoError(t, err)
+}
+
+// countRecords returns the number of records in file so far, while its
+// process may be writing it.
+func countRecords(file string) int {
+	data, _ := os.ReadFile(file)
+	return bytes.Count(data, []byte{'\n'})
+}
+
+// A crashRecord says that a worker handled job on its delivery-th delivery.
+type crashRecord struct{ job, delivery int }
+
+// readRecord returns the records in file, in order; none if the file does
+// not exist.
+func readRecord(t *testing.T, file string) []crashRecord {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	var records []crashRecord
+	for line := range strings.Lines(string(data)) {
+		var r crashRecord
+		_, err := fmt.Sscanf(line, "%d %d\n", &r.job, &r.delivery)
+		require.NoError(t, err, "torn record %q", line)
+		records = append(records, r)
+	}
+	return records
+}

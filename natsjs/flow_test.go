@@ -1,0 +1,139 @@
+package natsjs_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
+	const jobs = 40
+	cases := []struct {
+		name        string
+		workers     int
+		maxInFlight int // 0: the default, twice the workers
+	}{
+		{"one worker, one in flight", 1, 1},
+		{"fewer workers than in flight", 2, 5},
+		{"more workers than in flight", 8, 3},
+		{"default bound", 3, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bound := tc.maxInFlight
+			var opts []natsjs.Option
+			if bound == 0 {
+				bound = 2 * tc.workers
+			} else {
+				opts = append(opts, natsjs.WithMaxInFlight(bound))
+			}
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, jobs)
+
+			release := make(chan struct{})
+			var running, peakRunning atomic.Int32
+			ta := newTally()
+			stop := consuming(t, newPool(t, tc.workers), cons, func(ctx context.Context, msg jetstream.Msg) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for {
+					peak := peakRunning.Load()
+					if n <= peak || peakRunning.CompareAndSwap(peak, n) {
+						break
+					}
+				}
+				<-release // the handlers block: messages pile up
+				ta.add(msg)
+				return nil
+			}, opts...)
+
+			// The server's count of unacked deliveries is what this
+			// process holds; watch it throughout.
+			var peakPending atomic.Int64
+			watchDone := make(chan struct{})
+			var watch sync.WaitGroup
+			watch.Go(func() {
+				for {
+					if info, err := cons.Info(context.Background()); err == nil && int64(info.NumAckPending) > peakPending.Load() {
+						peakPending.Store(int64(info.NumAckPending))
+					}
+					select {
+					case <-watchDone:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+			})
+
+			eventually(t, func() bool {
+				return int(running.Load()) == min(tc.workers, bound) && peakPending.Load() == int64(bound)
+			}, "the process did not fill its bound")
+			// Whatever the timing, the blocked process stays at its bound.
+			for range 20 {
+				assert.LessOrEqual(t, consumerInfo(t, cons).NumAckPending, bound)
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(release)
+			eventually(t, func() bool { return ta.distinct() == jobs }, "not every job handled")
+			close(watchDone)
+			watch.Wait()
+			require.NoError(t, stop())
+
+			assert.Equal(t, int64(bound), peakPending.Load(), "held more than the bound")
+			assert.Equal(t, int32(min(tc.workers, bound)), peakRunning.Load())
+			requireEachOnce(t, ta, jobs)
+		})
+	}
+}
+
+func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T) {
+	const ackWait = 2 * time.Second // progress every 667ms: slack for a loaded machine
+	const jobs = 3
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, ackWait, 0)
+	publishJobs(t, js, jobs)
+
+	// One worker: the second job waits in the pool for more than AckWait
+	// and the third for more than twice; each runs for 1.5 AckWaits.
+	ta := newTally()
+	stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		time.Sleep(ackWait * 3 / 2)
+		return nil
+	}, natsjs.WithMaxInFlight(jobs))
+
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, jobs)
+	assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
+}
+
+func TestAHandlersContextIsDoneWhenConsumesIs(t *testing.T) {
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 1)
+
+	started := make(chan struct{})
+	var sawDone atomic.Bool
+	stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		close(started)
+		<-ctx.Done()
+		sawDone.Store(true)
+		return nil // finished its work despite the stop: acked
+	})
+	<-started
+	require.NoError(t, stop())
+	assert.True(t, sawDone.Load())
+	assert.Zero(t, streamMsgs(t, js, "JOBS"), "the finished job was not acked")
+}

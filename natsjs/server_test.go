@@ -1,0 +1,210 @@
+package natsjs_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// waitFor is how long a test waits for a condition that should hold soon:
+// generous, so that a slow machine or the race detector does not fail it.
+const waitFor = 30 * time.Second
+
+// startServer starts an embedded nats-server with JetStream on a random
+// loopback port, its store in a temporary directory, and shuts it down at
+// the end of the test.
+func startServer(t testing.TB) *server.Server {
+	t.Helper()
+	return startServerAt(t, -1, t.TempDir())
+}
+
+// startServerAt starts the server on port (-1: a random one) with its
+// store in dir.
+func startServerAt(t testing.TB, port int, dir string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+	})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready")
+	return s
+}
+
+// connect connects to s, reconnecting fast and for ever, and closes the
+// connection at the end of the test.
+func connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(),
+		nats.ReconnectWait(50*time.Millisecond),
+		nats.MaxReconnects(-1),
+	)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+// workQueue creates the work-queue stream JOBS on subject jobs.> and its
+// durable pull consumer "workers" with explicit acks, ackWait and
+// maxDeliver (0: no limit).
+func workQueue(t testing.TB, js jetstream.JetStream, ackWait time.Duration, maxDeliver int) jetstream.Consumer {
+	t.Helper()
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      "JOBS",
+		Subjects:  []string{"jobs.>"},
+		Retention: jetstream.WorkQueuePolicy,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "JOBS", jetstream.ConsumerConfig{
+		Durable:    "workers",
+		AckPolicy:  jetstream.AckExplicitPolicy,
+		AckWait:    ackWait,
+		MaxDeliver: maxDeliver,
+	})
+	require.NoError(t, err)
+	return cons
+}
+
+// publishJobs publishes n jobs on jobs.<i>, with payload and Nats-Msg-Id
+// the job's number.
+func publishJobs(t testing.TB, js jetstream.JetStream, n int) {
+	t.Helper()
+	for i := range n {
+		id := strconv.Itoa(i)
+		_, err := js.PublishMsg(context.Background(), &nats.Msg{
+			Subject: "jobs." + id,
+			Data:    []byte(id),
+			Header:  nats.Header{"Nats-Msg-Id": []string{id}},
+		})
+		require.NoError(t, err)
+	}
+}
+
+// streamMsgs returns the number of messages in stream name.
+func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), name)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// streamEmpty reports whether stream name holds no message; false if the
+// server does not answer, as while the connection is being restored.
+func streamEmpty(js jetstream.JetStream, name string) bool {
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(context.Background())
+	return err == nil && info.State.Msgs == 0
+}
+
+// consumerInfo returns the consumer's info, fresh from the server.
+func consumerInfo(t testing.TB, cons jetstream.Consumer) *jetstream.ConsumerInfo {
+	t.Helper()
+	info, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	return info
+}
+
+// eventually fails the test unless cond holds within waitFor.
+func eventually(t testing.TB, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, cond, waitFor, 5*time.Millisecond, msgAndArgs...)
+}
+
+// consuming runs Consume in a goroutine until the returned stop function
+// is called, which cancels its ctx and returns Consume's error.
+func consuming(t testing.TB, p *workerpool.Pool, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- natsjs.Consume(ctx, p, cons, h, opts...) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(waitFor):
+				err = fmt.Errorf("Consume did not return within %v of its ctx being done", waitFor)
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// tally counts how often each job was handled.
+type tally struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func newTally() *tally { return &tally{count: make(map[string]int)} }
+
+func (ta *tally) add(msg jetstream.Msg) {
+	ta.mu.Lock()
+	ta.count[string(msg.Data())]++
+	ta.mu.Unlock()
+}
+
+// distinct returns the number of jobs handled at least once.
+func (ta *tally) distinct() int {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return len(ta.count)
+}
+
+// snapshot returns a copy of the counts.
+func (ta *tally) snapshot() map[string]int {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	m := make(map[string]int, len(ta.count))
+	for k, v := range ta.count {
+		m[k] = v
+	}
+	return m
+}
+
+// requireEachOnce checks that jobs 0..n-1 were each handled exactly once.
+func requireEachOnce(t testing.TB, ta *tally, n int) {
+	t.Helper()
+	counts := ta.snapshot()
+	assert.Len(t, counts, n)
+	for i := range n {
+		assert.Equal(t, 1, counts[strconv.Itoa(i)], "job %d", i)
+	}
+}
+
+// newPool returns a pool of n workers, stopped at the end of the test.
+func newPool(t testing.TB, n int, opts ...workerpool.Option) *workerpool.Pool {
+	t.Helper()
+	p := workerpool.New(n, opts...)
+	t.Cleanup(func() { p.Stop() })
+	return p
+}

@@ -1,0 +1,162 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errHandlerPanicked stands for the failure of a handler that panicked or
+// called runtime.Goexit: the pool receives the panic itself.
+var errHandlerPanicked = errors.New("natsjs: handler panicked or called runtime.Goexit")
+
+// runTask is m's task on the pool: it runs the handler, unless a stop
+// handed m back first, and settles m.
+func (r *run) runTask(m *message) {
+	r.mu.Lock()
+	if m.stage != waiting || r.stopping {
+		// Stopping: the puller hands m back, if it has not already and
+		// the task outlived its message, perhaps its run.
+		r.mu.Unlock()
+		return
+	}
+	m.stage = started
+	r.running.Add(1)
+	r.mu.Unlock()
+
+	// A panic is not recovered here, so that the pool counts it and passes
+	// it to its panic handler; the message is settled on the way out.
+	err := errHandlerPanicked
+	defer func() {
+		if err == nil {
+			// The worker is free at once; m keeps its slot until the
+			// server confirms the ack.
+			go func() {
+				defer r.running.Done()
+				r.ack(m)
+			}()
+			return
+		}
+		defer r.running.Done()
+		r.settle(m, err)
+	}()
+	err = r.h(r.handlerCtx, m.msg)
+}
+
+// ack acks m, waits for the server to confirm it, and gives m's slot back.
+// Until then, m counts as held: a process that dies has never handled more
+// than WithMaxInFlight messages whose acks the server had not stored. A
+// failed ack is left to AckWait.
+func (r *run) ack(m *message) {
+	defer r.release(m)
+	// Acking goes on after a stop: it is how a stop finishes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
+	defer cancel()
+	_ = m.msg.DoubleAck(ctx)
+}
+
+// settle ends the stay of m, whose handler failed with err: it hands m
+// back with the backoff or, on m's last delivery, it dead-letters and
+// terminates m. Then it gives m's slot back.
+func (r *run) settle(m *message, err error) {
+	if r.handlerCtx.Err() != nil && r.leaveToStop(m) {
+		return
+	}
+	defer r.release(m)
+	// Settling goes on after a stop: it is how a stop finishes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
+	defer cancel()
+	delivery := uint64(1)
+	if md, mdErr := m.msg.Metadata(); mdErr == nil {
+		delivery = md.NumDelivered
+	}
+	if r.maxDeliver > 0 && delivery >= uint64(r.maxDeliver) {
+		// The server will not deliver m again: unless m goes elsewhere, a
+		// work-queue stream keeps it for ever.
+		if r.cfg.deadLetterJS != nil {
+			if dlErr := r.deadLetter(ctx, m.msg, delivery, err); dlErr != nil {
+				// Keep m in its stream rather than lose it.
+				_ = m.msg.Nak()
+				return
+			}
+		}
+		_ = m.msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
+		return
+	}
+	if r.handlerCtx.Err() != nil {
+		// The handler most likely failed because the stop cancelled its
+		// ctx, after the stop's hand-back: another process may take the
+		// message at once.
+		_ = m.msg.Nak()
+		return
+	}
+	if d := r.cfg.backoff(delivery); d > 0 {
+		_ = m.msg.NakWithDelay(d)
+	} else {
+		_ = m.msg.Nak()
+	}
+}
+
+// leaveToStop makes m, whose handler failed during a stop, wait again, to
+// be handed back at once by the stop, as a message that never started is,
+// unless its last delivery is due or the stop has handed back already. It
+// reports whether it did.
+func (r *run) leaveToStop(m *message) bool {
+	if r.maxDeliver > 0 {
+		if md, err := m.msg.Metadata(); err != nil || md.NumDelivered >= uint64(r.maxDeliver) {
+			return false
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handingBack {
+		return false
+	}
+	m.stage = waiting
+	return true
+}
+
+// release forgets a settled message and gives its slot back.
+func (r *run) release(m *message) {
+	r.mu.Lock()
+	delete(r.held, m)
+	r.mu.Unlock()
+	r.releaseSlots(1)
+}
+
+// deadLetter publishes a copy of msg, which failed on its last delivery
+// with cause, to the dead-letter subject, as WithDeadLetter says.
+func (r *run) deadLetter(ctx context.Context, msg jetstream.Msg, delivery uint64, cause error) error {
+	out := nats.NewMsg(r.cfg.deadLetterSubject)
+	out.Data = msg.Data()
+	for k, vs := range msg.Headers() {
+		if strings.HasPrefix(k, "Nats-") {
+			k = "Natsjs-Original-" + strings.TrimPrefix(k, "Nats-")
+		}
+		out.Header[k] = append([]string(nil), vs...)
+	}
+	if md, err := msg.Metadata(); err == nil {
+		out.Header.Set("Natsjs-Stream", md.Stream)
+		out.Header.Set("Natsjs-Consumer", md.Consumer)
+		out.Header.Set("Natsjs-Sequence", strconv.FormatUint(md.Sequence.Stream, 10))
+	}
+	out.Header.Set("Natsjs-Subject", msg.Subject())
+	out.Header.Set("Natsjs-Deliveries", strconv.FormatUint(delivery, 10))
+	out.Header.Set("Natsjs-Error", headerValue(cause.Error()))
+	_, err := r.cfg.deadLetterJS.PublishMsg(ctx, out)
+	return err
+}
+
+// headerValue makes s fit in a header value: one line, at most 1024 bytes.
+func headerValue(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 1024 {
+		s = s[:1024]
+	}
+	return s
+}

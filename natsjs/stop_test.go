@@ -1,0 +1,223 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// soon bounds how long a handed-back message may take to reach another
+// process: far below the 30s AckWait these tests use, so that only a
+// hand-back can be that quick, and far above any scheduling delay.
+const soon = 10 * time.Second
+
+func TestAGracefulStopHandsNeverStartedMessagesBackAtOnce(t *testing.T) {
+	const jobs = 5
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	// Process A takes every job, runs one, which ignores its ctx, and
+	// keeps the others waiting in its pool.
+	release := make(chan struct{})
+	startedA := make(chan string, jobs)
+	ta := newTally()
+	stopA := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		startedA <- string(msg.Data())
+		<-release
+		ta.add(msg)
+		return nil
+	}, natsjs.WithMaxInFlight(jobs))
+	first := <-startedA
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "A did not take every job")
+
+	stoppedA := make(chan error, 1)
+	go func() { stoppedA <- stopA() }()
+	handedBack := time.Now()
+
+	// Process B gets the four never-started jobs without waiting for
+	// AckWait, while A's handler still runs.
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == jobs-1 }, "B did not get the handed-back jobs")
+	assert.Less(t, time.Since(handedBack), soon)
+	assert.NotContains(t, tb.snapshot(), first, "B got the job A was running")
+	select {
+	case err := <-stoppedA:
+		t.Fatalf("A's Consume returned (%v) before its running handler finished", err)
+	default:
+	}
+
+	close(release)
+	require.NoError(t, <-stoppedA)
+	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "A's last job not acked")
+	require.NoError(t, stopB())
+	assert.Len(t, startedA, 0, "A started a job after its stop")
+}
+
+func TestAHandlerThatFailsBecauseOfTheStopHandsItsMessageBackAtOnce(t *testing.T) {
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 1)
+
+	started := make(chan struct{})
+	stopA := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }))
+	<-started
+	require.NoError(t, stopA())
+
+	got := make(chan uint64, 1)
+	stopB := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		got <- md.NumDelivered
+		return nil
+	})
+	select {
+	case n := <-got:
+		assert.Equal(t, uint64(2), n)
+	case <-time.After(soon):
+		t.Fatal("the message interrupted by the stop did not come back at once")
+	}
+	require.NoError(t, stopB())
+}
+
+func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *testing.T) {
+	const jobs = 4
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	p := workerpool.New(1)
+	release := make(chan struct{})
+	started := make(chan string, jobs)
+	ta := newTally()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- string(msg.Data())
+			<-release
+			ta.add(msg)
+			return nil
+		}, natsjs.WithMaxInFlight(jobs))
+	}()
+	first := <-started
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
+
+	dropped := make(chan []func(), 1)
+	go func() { dropped <- p.Stop() }() // waits for the running handler
+
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == jobs-1 }, "the dropped jobs were not handed back")
+	close(release)
+	select {
+	case err := <-consumed:
+		assert.ErrorIs(t, err, workerpool.ErrStopped)
+	case <-time.After(waitFor):
+		t.Fatal("Consume did not return after its pool stopped")
+	}
+	// Running the tasks Stop dropped, after the hand-back, does nothing.
+	for _, task := range <-dropped {
+		task()
+	}
+	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
+	assert.Len(t, started, 0)
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stopB())
+}
+
+func TestConsumeOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 3)
+	p := workerpool.New(2)
+	p.StopWait()
+
+	err := natsjs.Consume(context.Background(), p, cons, func(context.Context, jetstream.Msg) error {
+		t.Error("a handler ran on a stopped pool")
+		return nil
+	})
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	info := consumerInfo(t, cons)
+	assert.Zero(t, info.NumAckPending)
+	assert.Equal(t, uint64(3), info.NumPending)
+}
+
+func TestConsumeWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	err := natsjs.Consume(ctx, newPool(t, 2), cons, func(context.Context, jetstream.Msg) error {
+		t.Error("a handler ran after ctx was done")
+		return nil
+	})
+	assert.NoError(t, err)
+	info := consumerInfo(t, cons)
+	assert.Zero(t, info.NumAckPending)
+	assert.Equal(t, uint64(3), info.NumPending)
+}
+
+func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 2)
+
+	started := make(chan struct{}, 2)
+	var handlerCtxDone atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	consumed := make(chan error, 1)
+	go func() {
+		// One worker: the second job waits in the pool; a third slot
+		// keeps a pull outstanding.
+		consumed <- natsjs.Consume(ctx, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			handlerCtxDone.Store(true)
+			return nil
+		}, natsjs.WithMaxInFlight(3))
+	}()
+	<-started
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
+	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
+	select {
+	case err := <-consumed:
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
+		assert.Contains(t, err.Error(), "natsjs: ")
+	case <-time.After(waitFor):
+		t.Fatal("Consume went on after its consumer was deleted")
+	}
+	assert.True(t, handlerCtxDone.Load())
+	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
+}
