@@ -40,14 +40,15 @@ var closedChan = func() chan struct{} {
 //
 // Go allocates one object beyond fn's closure: the Future, 64 bytes for a
 // Future[int]. Done allocates a channel only if it is called before fn ends.
-func Go[T any](p *Pool, fn func() (T, error)) *Future[T] {
+func Go[T any](s Submitter, fn func() (T, error)) *Future[T] {
 	f := &Future[T]{fn: fn}
 	f.wg.Add(1)
 	if fn == nil {
 		f.finish(ErrNilTask)
 		return f
 	}
-	if err := p.submitWaiter(nil, f, p.cfg.overflow); err != nil {
+	p, _ := s.target()
+	if err := submitWaiter(s, nil, f, p.cfg.overflow); err != nil {
 		f.finish(err)
 	}
 	return f

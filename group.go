@@ -19,6 +19,7 @@ import (
 // running are not interrupted; they see the cancelled context and finish.
 // A failure in one group does not touch any other group's tasks.
 type Group struct {
+	to     Submitter // where its tasks go: a pool or a sub-pool
 	p      *Pool
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -45,12 +46,15 @@ type Group struct {
 // whatever its number of tasks: the Group, its cancellable context and the
 // channel that releases Wait.
 // Group panics if ctx is nil.
-func (p *Pool) Group(ctx context.Context) *Group {
+func (p *Pool) Group(ctx context.Context) *Group { return newGroup(p, ctx) }
+
+func newGroup(to Submitter, ctx context.Context) *Group {
 	if ctx == nil {
 		panic("workerpool: Group with a nil context")
 	}
+	p, _ := to.target()
 	ctx, cancel := context.WithCancelCause(ctx)
-	return &Group{p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
+	return &Group{to: to, p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
 }
 
 // Context returns the group's context, the one passed to its tasks. It is
@@ -163,7 +167,7 @@ func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
 		g.record(context.Cause(g.ctx))
 		return true
 	}
-	err := g.p.submitWaiter(g.ctx, w, overflow)
+	err := submitWaiter(g.to, g.ctx, w, overflow)
 	switch {
 	case err == nil:
 		// The pool calls w.finish.

@@ -23,6 +23,19 @@ import (
 //     quits on their way to workers, and a StopWait that waits for the
 //     buffer to empty.
 
+// What the dispatcher wants of the workers, in Pool.wants.
+const (
+	wantIdle      = 1 << iota // signal the end of every task: a Pause waits for them
+	wantTaken                 // signal every task or quit taken from the hand-off buffer
+	wantEnds                  // signal the end of every keyed or sub-pool task
+	watchDeadline             // drop a task received after the Shutdown deadline
+)
+
+// handOffBuffer is the capacity of the hand-off buffer (see Pool.work): how
+// many waiting tasks workers can take without waiting for the dispatcher.
+// It is bounded by WithMaxWaiting, as buffered tasks wait too.
+const handOffBuffer = 64
+
 // updateWants sets p.wants from the dispatcher's state: what it needs the
 // workers to tell it, and whether they must check a Shutdown deadline. The
 // loop calls it before it looks at room, so that a worker taking a task
@@ -32,8 +45,11 @@ func (d *dispatcher) updateWants() {
 	if d.pauseAck != nil {
 		wants |= wantIdle
 	}
-	if len(d.p.work) > 0 && (d.draining || d.quitting() > 0 || !d.room()) {
+	if len(d.p.work) > 0 && (d.draining || d.quitting() > 0 || !d.room() || !d.deep()) {
 		wants |= wantTaken
+	}
+	if len(d.busy) > 0 || d.linesOut > 0 {
+		wants |= wantEnds
 	}
 	if d.deadline != nil {
 		wants |= watchDeadline
@@ -64,18 +80,8 @@ func (d *dispatcher) takeBack() []job {
 		default:
 		}
 	}
+	d.bufLane, d.bufMixed = nil, false
 	return back
-}
-
-// requeue puts tasks taken back at the front of the queue, in order.
-func (d *dispatcher) requeue(back []job) {
-	for _, t := range slices.Backward(back) {
-		if t.w != nil {
-			d.waiters.PushFront(t.w)
-		}
-		d.queue.PushFront(t.fn) // nil for a waiter
-	}
-	d.setWaiting()
 }
 
 // recall records tasks dropped from the hand-off buffer, by the dispatcher

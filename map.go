@@ -34,20 +34,20 @@ const mapWindow = 2
 //
 // Map allocates 9 objects per call, however many items there are: among
 // them the results and one slice of 16-byte task records, one per item.
-func Map[T, R any](ctx context.Context, p *Pool, items []T, fn func(context.Context, T) (R, error)) ([]R, error) {
+func Map[T, R any](ctx context.Context, s Submitter, items []T, fn func(context.Context, T) (R, error)) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
 	}
 	if len(items) == 0 {
 		return []R{}, nil
 	}
-	g := p.Group(ctx)
+	g := newGroup(s, ctx)
 	m := &mapRun[T, R]{
 		g:       g,
 		items:   items,
 		fn:      fn,
 		results: make([]R, len(items)),
-		room:    make(chan struct{}, min(len(items), mapWindow*p.Size())),
+		room:    make(chan struct{}, min(len(items), mapWindow*window(s))),
 	}
 	// One slice of task records for every item: the pool holds pointers
 	// into it, so items cost no allocation each.
@@ -119,4 +119,14 @@ func (t *mapTask[T, R]) finish(err error) {
 	case t.i >= 0: // it ran
 		t.m.g.ended(err)
 	}
+}
+
+// window returns how many of s's tasks may run at once: the pool's maximum
+// or the sub-pool's limit.
+func window(s Submitter) int {
+	p, sub := s.target()
+	if sub != nil {
+		return int(sub.lane.stats.limit.Load())
+	}
+	return p.Size()
 }

@@ -62,22 +62,9 @@ package workerpool
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
-
-// What the dispatcher wants of the workers, in Pool.wants.
-const (
-	wantIdle      = 1 << iota // signal the end of every task: a Pause waits for them
-	wantTaken                 // signal every task or quit taken from the hand-off buffer
-	watchDeadline             // drop a task received after the Shutdown deadline
-)
-
-// handOffBuffer is the capacity of the hand-off buffer (see Pool.work): how
-// many waiting tasks workers can take without waiting for the dispatcher.
-// It is bounded by WithMaxWaiting, as buffered tasks wait too.
-const handOffBuffer = 64
 
 // Errors returned by the pool. Each says why a task was not accepted.
 var (
@@ -126,6 +113,9 @@ type Pool struct {
 	// deadline points at the channel that closes when a Shutdown deadline
 	// passes, while the dispatcher watches one (watchDeadline).
 	deadline atomic.Pointer[<-chan struct{}]
+	// ended lists the key lines whose task ended, linked by next, for the
+	// dispatcher to see (seeEnds): workers push, the dispatcher takes all.
+	ended atomic.Pointer[keyLine]
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64
@@ -133,6 +123,8 @@ type Pool struct {
 	// stopCalled is won by the first Stop, drainCalled by the first
 	// StopWait or Shutdown; each then sends its request.
 	stopCalled, drainCalled atomic.Bool
+	// hasSubpools is set by the first call of Subpool.
+	hasSubpools atomic.Bool
 	// stopping is closed by the dispatcher when it takes either request:
 	// from then on it accepts nothing and every submission fails. closing
 	// is closed when its loop ends and the workers are told to exit: from
@@ -196,114 +188,6 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	}
 	go d.run()
 	return p
-}
-
-// Submit queues task to run on a worker and returns without waiting for it.
-// Tasks are handed to workers in the order the pool accepted them; with
-// more than one worker, a later task may start before an earlier one has.
-//
-// If the waiting queue is bounded and full, Submit waits for room, returns
-// [ErrQueueFull] or runs task itself, as [WithOverflow] says. It returns
-// [ErrNilTask] for a nil task and [ErrStopped] once the pool is stopping.
-// Submitting a prepared func allocates nothing.
-func (p *Pool) Submit(task func()) error {
-	if task == nil {
-		return ErrNilTask
-	}
-	return p.submit(nil, job{fn: task}, p.cfg.overflow)
-}
-
-// SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
-// done before the pool accepts the task: at once if it is already done, or
-// while Submit waits for room in a bounded queue. Once accepted, the task
-// runs whatever becomes of ctx.
-func (p *Pool) SubmitCtx(ctx context.Context, task func()) error {
-	if task == nil {
-		return ErrNilTask
-	}
-	if err := ctx.Err(); err != nil {
-		if p.isStopping() {
-			return ErrStopped
-		}
-		return err
-	}
-	return p.submit(ctx, job{fn: task}, p.cfg.overflow)
-}
-
-// TrySubmit is [Pool.Submit] that never waits for room, whatever the
-// overflow policy: if the bounded waiting queue is full it returns
-// [ErrQueueFull]. With an unbounded queue it behaves as Submit.
-func (p *Pool) TrySubmit(task func()) error {
-	if task == nil {
-		return ErrNilTask
-	}
-	return p.submit(nil, job{fn: task}, Reject)
-}
-
-// SubmitWait submits task as [Pool.Submit] does and waits for it to finish.
-// It returns nil once the task returned (or called [runtime.Goexit]), a
-// [*PanicError] if it panicked, and [ErrStopped] if the pool was stopping
-// before the task was accepted or [Pool.Stop] dropped it before it started.
-// Everything the task did happens before SubmitWait returns.
-//
-// Calling SubmitWait from inside a task of the same pool can deadlock.
-func (p *Pool) SubmitWait(task func()) error {
-	if task == nil {
-		return ErrNilTask
-	}
-	w := &waitTask{fn: task}
-	w.done.Add(1)
-	if err := p.submitWaiter(nil, w, p.cfg.overflow); err != nil {
-		return err
-	}
-	w.done.Wait()
-	return w.err
-}
-
-// submitWaiter submits w as submit does. If it returns nil, the pool calls
-// w.finish exactly once; if not, never.
-func (p *Pool) submitWaiter(ctx context.Context, w waiter, overflow Overflow) error {
-	return p.submit(ctx, job{w: w}, overflow)
-}
-
-// submit hands t to the dispatcher. A Block submitter waits while the
-// bounded queue is full; the others give up when the dispatcher answers on
-// reject. ctx may be nil.
-func (p *Pool) submit(ctx context.Context, t job, overflow Overflow) error {
-	// Fast path: the dispatcher is waiting for a task.
-	select {
-	case p.tasks <- t:
-		return nil
-	default:
-	}
-	var reject <-chan struct{}
-	if overflow != Block {
-		reject = p.reject
-	}
-	var cancel <-chan struct{}
-	if ctx != nil {
-		cancel = ctx.Done()
-	}
-	select {
-	case p.tasks <- t:
-		// Accepted: it will run, or Stop returns it or tells its waiter.
-		return nil
-	case <-reject:
-		// The bounded queue is full and this submitter does not wait.
-		if overflow == CallerRuns {
-			p.stats.callerSubmitted.Add(1)
-			p.run(t, nil)
-			return nil
-		}
-		p.stats.rejected.Add(1)
-		return ErrQueueFull
-	case <-p.stopping:
-		// The dispatcher closed it when it stopped receiving tasks.
-		return ErrStopped
-	case <-cancel:
-		// Gave up waiting for room.
-		return ctx.Err()
-	}
 }
 
 // Stop stops the pool now: it accepts no more tasks, lets running tasks
@@ -392,62 +276,4 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 		err = ErrStopped
 	}
 	return p.claimAbandoned(), err
-}
-
-// Pause stops handing out tasks until ctx is done, and returns once every
-// task handed out before it has finished (or ctx is done first). Tasks
-// submitted meanwhile wait in the queue; a bounded queue fills up as usual.
-//
-// A second Pause waits until the first ends, then pauses in turn. Stop,
-// StopWait and Shutdown end every pause; Pause on a stopping pool returns
-// at once. A ctx that is never done pauses the pool until it is stopped.
-func (p *Pool) Pause(ctx context.Context) {
-	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
-	if !p.send(r, p.stopping, ctx.Done()) {
-		return
-	}
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-	}
-}
-
-// Resize sets the maximum number of workers to n and returns once the pool
-// applies it. Raising it starts workers for waiting tasks; lowering it makes
-// idle workers above n exit at once and busy ones as their task ends. Once
-// the pool has run or dropped every task it accepted and is only waiting
-// for running tasks to end, Resize does nothing.
-//
-// Resize panics if n < 1 or n is below the pool's MinWorkers.
-func (p *Pool) Resize(n int) {
-	if n < 1 || n < p.cfg.minWorkers {
-		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
-	}
-	r := &request{kind: resizeRequest, n: n, done: make(chan struct{})}
-	if p.request(r) {
-		<-r.done
-	}
-}
-
-// Size returns the current maximum number of workers.
-func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
-
-// WaitingQueueSize returns the number of tasks waiting for a worker.
-func (p *Pool) WaitingQueueSize() int { return p.stats.waitingNow(p.work) }
-
-// isStopping reports whether the dispatcher has stopped accepting tasks.
-func (p *Pool) isStopping() bool {
-	select {
-	case <-p.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
-// such a call has returned, every submission fails with [ErrStopped]. The
-// pool may still be finishing tasks; [Pool.Status] tells whether it has.
-func (p *Pool) Stopped() bool {
-	return p.stopCalled.Load() || p.drainCalled.Load() || p.isStopping()
 }

@@ -1,5 +1,7 @@
 package workerpool
 
+import "slices"
+
 // handle carries out a request.
 func (d *dispatcher) handle(r *request) {
 	switch r.kind {
@@ -20,6 +22,18 @@ func (d *dispatcher) handle(r *request) {
 		// already done starts none of the queue.
 		d.watchDeadline(r.deadline)
 		d.drain()
+	case subResizeRequest:
+		r.lane.limit = r.n
+		r.lane.stats.limit.Store(int64(r.n))
+		d.fill()
+	case subpoolRequest:
+		d.subpools = true
+		if len(d.p.work) > 0 {
+			d.requeue(d.takeBack()) // one task at a time from now on
+		}
+	case subStopRequest, subDrainRequest:
+		d.stopLane(r) // answers r.done once the lane is idle
+		return
 	}
 	if r.done != nil {
 		close(r.done)
@@ -161,29 +175,55 @@ func (d *dispatcher) checkDeadline() bool {
 	}
 }
 
-// abandonQueue empties the queue for Stop or a passed Shutdown deadline:
+// abandonQueue empties every lane for Stop or a passed Shutdown deadline:
 // fire-and-forget tasks are kept for the first Stop or Shutdown to return,
-// in order, and waiters get ErrStopped. It may run more than once, but
-// nothing enters the queue once draining, so later runs find it empty.
+// each lane's in order, and waiters get ErrStopped. It may run more than
+// once, but nothing enters a lane once draining, so later runs find them
+// empty.
 func (d *dispatcher) abandonQueue() {
 	back := d.takeBack()
 	d.p.recall(back...)
-	n := len(back) + d.queue.Len()
+	n := len(back) + d.waiting
 	if n == 0 {
 		return
 	}
-	var tasks []func()
-	for fn := range d.queue.IterPopFront() {
-		if fn == nil {
-			d.waiters.PopFront().finish(ErrStopped)
-		} else {
-			tasks = append(tasks, fn)
-		}
+	for _, l := range slices.Clone(d.ring) {
+		d.p.abandoned = append(d.p.abandoned, d.drop(l)...)
 	}
-	d.p.abandoned = append(d.p.abandoned, tasks...)
 	d.p.dropped = true
 	d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
 	d.setWaiting()
+}
+
+// stopLane carries out a sub-pool's Stop (dropping its waiting tasks) or
+// StopWait, and answers r once the lane has no task waiting or out.
+func (d *dispatcher) stopLane(r *request) {
+	l := r.lane
+	if r.kind == subStopRequest {
+		r.tasks = d.drop(l)
+		d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(l.abandonedNow))
+		d.setWaiting()
+	}
+	l.stats.state.Store(int32(Stopping))
+	if len(l.stops) == 0 {
+		d.stopping = append(d.stopping, l)
+	}
+	l.stops = append(l.stops, r)
+	d.settleStops(l)
+}
+
+// settleStops answers the Stop and StopWait requests of lane l once it has
+// no task waiting or out.
+func (d *dispatcher) settleStops(l *lane) {
+	if len(l.stops) == 0 || l.waiting > 0 || l.running > 0 {
+		return
+	}
+	for _, r := range l.stops {
+		close(r.done)
+	}
+	l.stops = nil
+	l.stats.state.Store(int32(Stopped))
+	d.stopping = slices.DeleteFunc(d.stopping, func(x *lane) bool { return x == l })
 }
 
 // exit tells every worker to exit once its task is done, by closing the
@@ -196,6 +236,12 @@ func (d *dispatcher) exit() {
 	d.clock.stop()
 	d.p.wg.Wait() // each exiting worker counts itself out of stats.workers
 	d.dropRecalled()
+	for _, l := range d.stopping { // their tasks ran or were dropped
+		for _, r := range l.stops {
+			close(r.done)
+		}
+		l.stats.state.Store(int32(Stopped))
+	}
 	d.setWorkers(0)
 	d.setState(Stopped)
 }

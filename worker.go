@@ -37,7 +37,13 @@ type job struct {
 	fn  func()
 	w   waiter
 	r   *request
-	seq uint64 // its place in acceptance order, from 1; set by the dispatcher
+	seq uint64 // the order in which the dispatcher sent it on p.work, from 1
+	// lane is a sub-pool's lane, for its task; line is a keyed task's key
+	// line (keyed, on p.tasks), and key its key. The pool's own unkeyed
+	// tasks have neither, and need no report when they end.
+	lane *lane
+	line *keyLine
+	key  string
 }
 
 // valid reports whether t is a task rather than the zero job, which tells a
@@ -160,6 +166,9 @@ func (p *Pool) runWorker(w *worker, t job) {
 		}
 		w.phase.Store(w.phase.Load() | 1) // busy, then not idle
 		w.since.Store(0)
+		if t.lane != nil {
+			t.lane.stats.started.Add(1)
+		}
 		p.run(t, w)
 	}
 	w.since.Store(exitedMark)
@@ -221,7 +230,18 @@ func (p *Pool) run(t job, w *worker) {
 			p.handlePanic(pe, w != nil)
 		}
 	}()
-	defer func() { p.taskDone(w, pe != nil) }()
+	defer func() {
+		p.taskDone(w, pe != nil)
+		switch {
+		case w != nil && (t.lane != nil || t.line != nil):
+			p.report(t, pe != nil)
+		case w == nil && t.lane != nil: // a sub-pool's task, run by CallerRuns
+			if pe != nil {
+				t.lane.stats.panicked.Add(1)
+			}
+			t.lane.stats.callerRan.Add(1)
+		}
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
@@ -255,6 +275,28 @@ func (p *Pool) taskDone(w *worker, panicked bool) {
 	}
 	if p.wants.Load()&wantIdle != 0 {
 		p.signal() // a Pause waits for running tasks to end
+	}
+}
+
+// report tells the dispatcher that t, a keyed or sub-pool task, ended: its
+// sub-pool has room under its limit, its key may go again.
+func (p *Pool) report(t job, panicked bool) {
+	if l := t.lane; l != nil {
+		if panicked {
+			l.stats.panicked.Add(1) // before ended: Panicked <= Completed
+		}
+		l.stats.ended.Add(1)
+	}
+	if line := t.line; line != nil {
+		for {
+			line.next = p.ended.Load()
+			if p.ended.CompareAndSwap(line.next, line) {
+				break
+			}
+		}
+	}
+	if p.wants.Load()&wantEnds != 0 {
+		p.signal()
 	}
 }
 

@@ -1,0 +1,64 @@
+package workerpool
+
+import (
+	"context"
+	"fmt"
+)
+
+// Pause stops handing out tasks until ctx is done, and returns once every
+// task handed out before it has finished (or ctx is done first). Tasks
+// submitted meanwhile wait in the queue; a bounded queue fills up as usual.
+//
+// A second Pause waits until the first ends, then pauses in turn. Stop,
+// StopWait and Shutdown end every pause; Pause on a stopping pool returns
+// at once. A ctx that is never done pauses the pool until it is stopped.
+func (p *Pool) Pause(ctx context.Context) {
+	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
+	if !p.send(r, p.stopping, ctx.Done()) {
+		return
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
+// Resize sets the maximum number of workers to n and returns once the pool
+// applies it. Raising it starts workers for waiting tasks; lowering it makes
+// idle workers above n exit at once and busy ones as their task ends. Once
+// the pool has run or dropped every task it accepted and is only waiting
+// for running tasks to end, Resize does nothing.
+//
+// Resize panics if n < 1 or n is below the pool's MinWorkers.
+func (p *Pool) Resize(n int) {
+	if n < 1 || n < p.cfg.minWorkers {
+		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
+	}
+	r := &request{kind: resizeRequest, n: n, done: make(chan struct{})}
+	if p.request(r) {
+		<-r.done
+	}
+}
+
+// Size returns the current maximum number of workers.
+func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
+
+// WaitingQueueSize returns the number of tasks waiting for a worker.
+func (p *Pool) WaitingQueueSize() int { return p.stats.waitingNow(p.work) }
+
+// isStopping reports whether the dispatcher has stopped accepting tasks.
+func (p *Pool) isStopping() bool {
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
+// such a call has returned, every submission fails with [ErrStopped]. The
+// pool may still be finishing tasks; [Pool.Status] tells whether it has.
+func (p *Pool) Stopped() bool {
+	return p.stopCalled.Load() || p.drainCalled.Load() || p.isStopping()
+}

@@ -1,0 +1,186 @@
+package workerpool_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// keyChecker records, per key, the tasks that run and whether two of them
+// ever overlapped.
+type keyChecker struct {
+	mu       sync.Mutex
+	running  map[string]bool
+	order    map[string][]int
+	overlaps int
+}
+
+func newKeyChecker() *keyChecker {
+	return &keyChecker{running: map[string]bool{}, order: map[string][]int{}}
+}
+
+func (c *keyChecker) task(key string, i int, d time.Duration) func() {
+	return func() {
+		c.mu.Lock()
+		if c.running[key] {
+			c.overlaps++
+		}
+		c.running[key] = true
+		c.order[key] = append(c.order[key], i)
+		c.mu.Unlock()
+		time.Sleep(d)
+		c.mu.Lock()
+		c.running[key] = false
+		c.mu.Unlock()
+	}
+}
+
+func TestTasksWithTheSameKeyNeverOverlapAndStartInSubmissionOrder(t *testing.T) {
+	for _, on := range []string{"pool", "subpool"} {
+		t.Run(on, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(8)
+				var to workerpool.Submitter = p
+				if on == "subpool" {
+					to = p.Subpool("s", 6)
+				}
+				c := newKeyChecker()
+				for i := range 40 {
+					for _, key := range []string{"a", "b", "c"} {
+						require.NoError(t, to.SubmitKey(key, c.task(key, i, time.Duration(i%3)*time.Millisecond)))
+					}
+				}
+				p.StopWait()
+				assert.Zero(t, c.overlaps, "two tasks with one key ran at once")
+				for _, key := range []string{"a", "b", "c"} {
+					want := make([]int, 40)
+					for i := range want {
+						want[i] = i
+					}
+					assert.Equal(t, want, c.order[key], "key %s in submission order", key)
+				}
+			})
+		})
+	}
+}
+
+func TestABusyKeyHoldsUpNoOtherTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		block := make(chan struct{})
+		require.NoError(t, p.SubmitKey("slow", func() { <-block }))
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.SubmitKey("slow", func() { ran.Add(100) }))
+		}
+		for i := range 10 {
+			require.NoError(t, p.SubmitKey(fmt.Sprint("k", i), func() { ran.Add(1) }))
+			require.NoError(t, p.Submit(func() { ran.Add(1) }))
+		}
+		synctest.Wait()
+		assert.Equal(t, int64(20), ran.Load(), "every other task ran on the second worker")
+		s := p.Status()
+		assert.Equal(t, 5, s.Waiting, "the busy key's tasks wait")
+		assert.Equal(t, 1, s.Busy)
+		close(block)
+		p.StopWait()
+		assert.Equal(t, int64(520), ran.Load())
+	})
+}
+
+func TestTheSameKeyOnAnotherQueueIsAnotherKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(3)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		block := make(chan struct{})
+		var running atomic.Int64
+		for _, to := range []workerpool.Submitter{p, a, b} {
+			require.NoError(t, to.SubmitKey("k", func() { running.Add(1); <-block }))
+		}
+		synctest.Wait()
+		assert.Equal(t, int64(3), running.Load(), "key k of the pool, of a and of b run at once")
+		close(block)
+		p.StopWait()
+	})
+}
+
+func TestAKeyedTaskNeverRunsInItsSubmitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		block := make(chan struct{})
+		require.NoError(t, p.SubmitKey("k", func() { <-block }))
+		require.NoError(t, p.SubmitKey("k", func() {})) // waits for k: the queue is full
+		returned := make(chan error)
+		go func() { returned <- p.SubmitKey("k", func() {}) }()
+		synctest.Wait()
+		select {
+		case <-returned:
+			t.Fatal("a keyed task ran in its submitter, or was refused")
+		default:
+		}
+		close(block)
+		assert.NoError(t, <-returned, "it waited for room instead")
+		p.StopWait()
+		assert.Equal(t, uint64(3), p.Status().Completed)
+	})
+}
+
+func TestSubmitKeyAllocatesNothingOnceWarm(t *testing.T) {
+	p := workerpool.New(4)
+	defer p.Stop()
+	task := func() {}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	run := func(pick func(i int) string) float64 {
+		i := 0
+		return testing.AllocsPerRun(10000, func() {
+			_ = p.SubmitKey(pick(i), task)
+			i++
+		})
+	}
+	run(func(i int) string { return keys[i%len(keys)] }) // warm up
+	assert.Zero(t, run(func(i int) string { return keys[i%len(keys)] }), "many distinct keys")
+	assert.Zero(t, run(func(i int) string { return keys[i%3] }), "a few hot keys")
+}
+
+// TestAnIdleKeyCostsNothing queues tasks with a hundred thousand distinct
+// keys on a paused pool, runs them, and checks that the heap goes back to
+// where it started: no key keeps memory once its tasks are done.
+func TestAnIdleKeyCostsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := 100_000
+		if testing.Short() || raceEnabled {
+			n = 10_000
+		}
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprint("key-", i)
+		}
+		task := func() {}
+		p, resume := pausedPool(t)
+		defer p.Stop()
+		before := liveHeap()
+		for _, k := range keys {
+			require.NoError(t, p.SubmitKey(k, task))
+		}
+		synctest.Wait()
+		held := liveHeap()
+		drain(t, p, resume)
+		after := liveHeap()
+		runtime.KeepAlive(keys) // live throughout: not part of the difference
+		t.Logf("heap: %d B before, %d B with %d keys waiting, %d B after", before, held, n, after)
+		assert.Greater(t, held, before+uint64(n)*16, "waiting keys take memory")
+		assert.Less(t, after, before+128<<10, "idle keys take none, but for a fixed cache of unused key lines")
+	})
+}

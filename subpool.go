@@ -1,0 +1,175 @@
+package workerpool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// A Subpool is a kind of work on a [Pool]: mail, downloads, one tenant's
+// jobs. Its tasks run on the pool's workers, at most its limit of them at
+// once, and all the pool's tasks together at most the pool's maximum.
+// Create one with [Pool.Subpool]; its methods are safe for concurrent use.
+//
+// The pool serves its own queue and each sub-pool's in turn: when a worker
+// comes free and several of them hold a task that may start, they take
+// turns, round robin, so that a flood of one kind of work cannot starve the
+// others. A sub-pool at its limit is skipped until one of its tasks ends.
+// Within a sub-pool, tasks are handed out in the order it accepted them.
+//
+// The pool's [WithMaxWaiting] bounds all waiting tasks together, a
+// sub-pool's included, and its overflow policy applies to them. A sub-pool
+// task held back by its limit, or by its key, counts as waiting. [Pool.Pause]
+// holds every sub-pool, and the pool's Stop, StopWait and Shutdown cover
+// them all. A sub-pool costs nothing while it has no task.
+type Subpool struct {
+	p    *Pool
+	name string
+	lane *lane // its queue; owned by the dispatcher
+
+	// Submitters hold gate for reading while they submit. Stop and
+	// StopWait close stopping, which releases the submitters waiting for
+	// room, then set closed holding gate for writing, so that when they
+	// send their request no submission to the sub-pool is on its way.
+	gate     sync.RWMutex
+	closed   atomic.Bool
+	stopping chan struct{}
+	once     sync.Once
+}
+
+// Subpool returns a new sub-pool of p called name, whose tasks run on p's
+// workers, at most limit of them at once. name is only a label, for the
+// caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
+// pool, the sub-pool's submissions return [ErrStopped].
+//
+// Subpool panics if limit < 1.
+func (p *Pool) Subpool(name string, limit int) *Subpool {
+	if limit < 1 {
+		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
+	}
+	s := &Subpool{p: p, name: name, stopping: make(chan struct{})}
+	s.lane = &lane{sub: s, limit: limit}
+	s.lane.stats.limit.Store(int64(limit))
+	if !p.hasSubpools.Swap(true) {
+		// From now on, the dispatcher hands out tasks in turns.
+		p.request(&request{kind: subpoolRequest})
+	}
+	return s
+}
+
+func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
+
+// Name returns the name given to [Pool.Subpool].
+func (s *Subpool) Name() string { return s.name }
+
+// Submit is [Pool.Submit] for the sub-pool: the task runs on the pool's
+// workers, within the sub-pool's limit, when its turn comes. It returns
+// [ErrStopped] once the sub-pool or the pool is stopping.
+func (s *Subpool) Submit(task func()) error { return s.p.submitTask(s, nil, task, s.p.cfg.overflow) }
+
+// SubmitCtx is [Pool.SubmitCtx] for the sub-pool.
+func (s *Subpool) SubmitCtx(ctx context.Context, task func()) error {
+	return s.p.submitTask(s, ctx, task, s.p.cfg.overflow)
+}
+
+// TrySubmit is [Pool.TrySubmit] for the sub-pool.
+func (s *Subpool) TrySubmit(task func()) error { return s.p.submitTask(s, nil, task, Reject) }
+
+// SubmitWait is [Pool.SubmitWait] for the sub-pool.
+func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task) }
+
+// SubmitKey is [Pool.SubmitKey] for the sub-pool: tasks submitted to the
+// sub-pool with the same key never run at once and start in the order they
+// were submitted. Keys are the sub-pool's own: a task with the same key on
+// the pool or on another sub-pool is another key's.
+func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKey(s, key, task) }
+
+// Group returns a new group of tasks that run on the sub-pool, as
+// [Pool.Group] does for the pool.
+func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx) }
+
+// Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
+// waiting in it, and returns once its running tasks have finished. The pool
+// and its other sub-pools go on. The first call returns the dropped
+// fire-and-forget tasks, each key's and the unkeyed ones in the order the
+// sub-pool accepted them; later calls return nil. Dropped
+// [Subpool.SubmitWait] tasks are not returned: their callers get
+// [ErrStopped]. After the pool itself has stopped, Stop drops nothing: the
+// pool's stop did.
+func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
+
+// StopWait stops the sub-pool gracefully: it accepts no more tasks, and
+// returns once every task it accepted has run. The pool and its other
+// sub-pools go on. A [Subpool.Stop] meanwhile drops the tasks left.
+func (s *Subpool) StopWait() { s.stop(subDrainRequest) }
+
+// stop closes the sub-pool to submissions and sends the dispatcher a request
+// of kind, subStopRequest or subDrainRequest, then waits for it to take
+// effect: for the sub-pool to have no task waiting or running.
+func (s *Subpool) stop(kind requestKind) []func() {
+	s.once.Do(func() {
+		close(s.stopping)
+		s.gate.Lock()
+		s.closed.Store(true)
+		s.gate.Unlock()
+	})
+	r := &request{kind: kind, lane: s.lane, done: make(chan struct{})}
+	if !s.p.request(r) {
+		<-s.p.done // the pool stopped: its stop covered the sub-pool
+		return nil
+	}
+	<-r.done
+	return r.tasks
+}
+
+// Resize sets the sub-pool's limit to n and returns once the pool applies
+// it. Raising it starts its waiting tasks at once, unless the pool is
+// paused; lowering it lets its running tasks finish, and starts no more of
+// them until fewer than n run.
+//
+// Resize panics if n < 1.
+func (s *Subpool) Resize(n int) {
+	if n < 1 {
+		panic(fmt.Sprintf("workerpool: Subpool.Resize(%d): the limit must be at least 1", n))
+	}
+	r := &request{kind: subResizeRequest, lane: s.lane, n: n, done: make(chan struct{})}
+	if s.p.request(r) {
+		<-r.done
+	}
+}
+
+// Status returns a snapshot of the sub-pool's own tasks: Submitted,
+// Completed, Panicked, Rejected, Abandoned, Busy (its tasks running),
+// Waiting (held back by its turn, its limit or a key, or by a pause) and
+// PeakWaiting, with MaxWorkers its limit and State its stage (or the
+// pool's, while it is running). The fields about workers are zero: a
+// sub-pool's tasks run on the pool's workers, which [Pool.Status] counts.
+// As there, each field is read on its own; Busy <= MaxWorkers, unless a
+// Resize lowered it while more ran.
+func (s *Subpool) Status() Status {
+	st := &s.lane.stats
+	panicked := st.panicked.Load()
+	callerRan := st.callerRan.Load()
+	ended := st.ended.Load()
+	started := st.started.Load()
+	abandoned := st.abandoned.Load()
+	submitted := st.submitted.Load()
+	state := State(st.state.Load())
+	if state == Running {
+		state = State(s.p.stats.state.Load())
+	}
+	waiting := max(int(submitted)-int(started)-int(abandoned), 0)
+	return Status{
+		State:       state,
+		MaxWorkers:  int(st.limit.Load()),
+		Busy:        max(int(started)-int(ended), 0),
+		Waiting:     waiting,
+		PeakWaiting: int(max(st.peakWaiting.Load(), int64(waiting))),
+		Submitted:   submitted + st.callerSubmitted.Load(),
+		Completed:   ended + callerRan,
+		Panicked:    panicked,
+		Rejected:    st.rejected.Load(),
+		Abandoned:   abandoned,
+	}
+}

@@ -1,0 +1,400 @@
+package workerpool_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// peakCounter counts tasks running at once and remembers the most.
+type peakCounter struct{ now, peak atomic.Int64 }
+
+func (c *peakCounter) enter() {
+	n := c.now.Add(1)
+	for old := c.peak.Load(); n > old && !c.peak.CompareAndSwap(old, n); old = c.peak.Load() {
+	}
+}
+
+func (c *peakCounter) leave() { c.now.Add(-1) }
+
+func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(5)
+		a, b := p.Subpool("a", 2), p.Subpool("b", 4)
+		var all, inA, inB peakCounter
+		task := func(c *peakCounter) func() {
+			return func() {
+				all.enter()
+				c.enter()
+				time.Sleep(time.Duration(1+all.now.Load()) * time.Millisecond)
+				c.leave()
+				all.leave()
+			}
+		}
+		for range 50 {
+			require.NoError(t, a.Submit(task(&inA)))
+			require.NoError(t, b.Submit(task(&inB)))
+			require.NoError(t, p.Submit(task(&peakCounter{})))
+		}
+		p.StopWait()
+		assert.LessOrEqual(t, inA.peak.Load(), int64(2), "never more than a's limit")
+		assert.LessOrEqual(t, inB.peak.Load(), int64(4), "never more than b's limit")
+		assert.Equal(t, int64(5), all.peak.Load(), "all together reach the pool's maximum and no more")
+		assert.Equal(t, uint64(150), p.Status().Completed)
+	})
+}
+
+// starts records the order in which tasks start, by name.
+type starts struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (s *starts) task(name string) func() {
+	return func() { s.mu.Lock(); s.names = append(s.names, name); s.mu.Unlock() }
+}
+
+func (s *starts) got() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.names...)
+}
+
+func TestQueuesTakeTurnsWhenAWorkerComesFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		a, b := p.Subpool("a", 10), p.Subpool("b", 10)
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx) // everything below waits, in its queue
+		var s starts
+		for _, name := range []string{"a1", "a2", "a3", "a4", "a5", "a6"} {
+			require.NoError(t, a.Submit(s.task(name)))
+		}
+		for _, name := range []string{"b1", "b2"} {
+			require.NoError(t, b.Submit(s.task(name)))
+		}
+		for _, name := range []string{"p1", "p2"} {
+			require.NoError(t, p.Submit(s.task(name)))
+		}
+		resume()
+		p.StopWait()
+		// a had a task waiting first, then b, then the pool's own queue:
+		// they take turns in that order, each in its own order, and a has
+		// the rest.
+		assert.Equal(t, []string{"a1", "b1", "p1", "a2", "b2", "p2", "a3", "a4", "a5", "a6"}, s.got())
+	})
+}
+
+// TestAQueueThatGetsATaskWaitsForItsTurnBehindNoMoreThanOneTask has a
+// flood of the pool's own tasks waiting for its one worker when a
+// sub-pool's task comes: it starts after at most one more of them.
+func TestAQueueThatGetsATaskWaitsForItsTurnBehindNoMoreThanOneTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		b := p.Subpool("b", 1)
+		release := hold(t, p, 1)
+		var s starts
+		for i := range 200 {
+			require.NoError(t, p.Submit(s.task(fmt.Sprint("p", i))))
+		}
+		synctest.Wait()
+		require.NoError(t, b.Submit(s.task("b")))
+		synctest.Wait()
+		release()
+		p.StopWait()
+		assert.LessOrEqual(t, index(s.got(), "b"), 1, "b's task goes within the next two: %v", s.got()[:5])
+	})
+}
+
+func TestASubpoolAtItsLimitIsSkippedUntilOneOfItsTasksEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a := p.Subpool("a", 1)
+		block := make(chan struct{})
+		var s starts
+		require.NoError(t, a.Submit(func() { <-block }))
+		require.NoError(t, a.Submit(s.task("a2")))
+		for _, name := range []string{"p1", "p2", "p3"} {
+			require.NoError(t, p.Submit(s.task(name)))
+		}
+		synctest.Wait()
+		assert.Equal(t, []string{"p1", "p2", "p3"}, s.got(), "a is at its limit: the pool's tasks go")
+		st := a.Status()
+		assert.Equal(t, 1, st.Busy)
+		assert.Equal(t, 1, st.Waiting, "a task held back by its sub-pool's limit waits")
+		assert.Equal(t, 1, p.Status().Waiting, "in the pool's Status too")
+		close(block)
+		synctest.Wait()
+		assert.Equal(t, []string{"p1", "p2", "p3", "a2"}, s.got())
+		p.StopWait()
+	})
+}
+
+func TestSubpoolTasksStartInTheOrderItAcceptedThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 1)
+		var got []int
+		for i := range 100 {
+			require.NoError(t, a.Submit(func() { got = append(got, i) }))
+		}
+		p.StopWait()
+		want := make([]int, 100)
+		for i := range want {
+			want[i] = i
+		}
+		assert.Equal(t, want, got)
+	})
+}
+
+func TestRaisingASubpoolsLimitStartsItsWaitingTasksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 1)
+		block := make(chan struct{})
+		for range 5 {
+			require.NoError(t, a.Submit(func() { <-block }))
+		}
+		synctest.Wait()
+		require.Equal(t, 1, a.Status().Busy)
+		a.Resize(3)
+		st := a.Status()
+		assert.Equal(t, 3, st.Busy, "at once: Resize returns once they started")
+		assert.Equal(t, 2, st.Waiting)
+		assert.Equal(t, 3, st.MaxWorkers)
+		close(block)
+		p.StopWait()
+		assert.Equal(t, uint64(5), a.Status().Completed)
+	})
+}
+
+func TestRaisingASubpoolsLimitWhileThePoolIsPausedStartsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 1)
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, a.Submit(func() { ran.Add(1); time.Sleep(time.Second) }))
+		}
+		a.Resize(3)
+		time.Sleep(time.Hour)
+		assert.Zero(t, ran.Load())
+		resume()
+		synctest.Wait()
+		assert.Equal(t, int64(3), ran.Load(), "three start on resume")
+		p.StopWait()
+		assert.Equal(t, int64(5), ran.Load())
+	})
+}
+
+func TestSubpoolStopDropsOnlyItsTasksAndWaitsForItsRunningOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		var ranA, ranB, ranP atomic.Int64
+		require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ranA.Add(1) }))
+		var order []int
+		for i := range 5 {
+			require.NoError(t, a.Submit(func() { order = append(order, i) }))
+		}
+		require.NoError(t, a.SubmitKey("k", func() { order = append(order, 100) }))
+		waitErr := make(chan error)
+		go func() { waitErr <- a.SubmitWait(func() { t.Error("a dropped task ran") }) }()
+		for range 3 {
+			require.NoError(t, b.Submit(func() { time.Sleep(time.Second); ranB.Add(1) }))
+			require.NoError(t, p.Submit(func() { ranP.Add(1) }))
+		}
+		synctest.Wait()
+
+		start := time.Now()
+		tasks := a.Stop()
+		assert.Equal(t, time.Second, time.Since(start), "Stop waits for a's running task")
+		assert.Equal(t, int64(1), ranA.Load())
+		assert.ErrorIs(t, <-waitErr, workerpool.ErrStopped)
+		require.Len(t, tasks, 6, "the fire-and-forget tasks a had waiting")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 100}, order, "each of a's queues in order")
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.ErrorIs(t, a.SubmitKey("k", func() {}), workerpool.ErrStopped)
+		assert.Nil(t, a.Stop(), "a later Stop gets nothing")
+
+		assert.NoError(t, b.Submit(func() { ranB.Add(1) }), "b goes on")
+		assert.NoError(t, p.Submit(func() { ranP.Add(1) }), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, int64(4), ranB.Load())
+		assert.Equal(t, int64(4), ranP.Load())
+		st := a.Status()
+		assert.Equal(t, workerpool.Stopped, st.State)
+		assert.Equal(t, uint64(7), st.Abandoned)
+		assert.Equal(t, uint64(1), st.Completed)
+		assert.Equal(t, uint64(7), p.Status().Abandoned)
+	})
+}
+
+func TestSubpoolStopWaitRunsItsTasksAndLeavesThePoolRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 2)
+		var ran atomic.Int64
+		for range 10 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		a.StopWait()
+		assert.Equal(t, 5*time.Second, time.Since(start), "ten tasks, two at a time")
+		assert.Equal(t, int64(10), ran.Load())
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.NoError(t, p.SubmitWait(func() {}))
+		assert.Equal(t, workerpool.Running, p.Status().State)
+		p.Stop()
+	})
+}
+
+func TestThePoolsStopCoversEverySubpool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		release := hold(t, p, 1)
+		var got []string
+		for _, n := range []string{"p1", "p2"} {
+			require.NoError(t, p.Submit(func() { got = append(got, n) }))
+		}
+		for _, n := range []string{"a1", "a2"} {
+			require.NoError(t, a.Submit(func() { got = append(got, n) }))
+		}
+		require.NoError(t, b.SubmitKey("k", func() { got = append(got, "bk") }))
+		synctest.Wait()
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		tasks := <-stopped
+		assert.Len(t, tasks, 5, "every queue's tasks come back")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Subset(t, got, []string{"p1", "p2", "a1", "a2", "bk"})
+		assert.Less(t, index(got, "p1"), index(got, "p2"), "each queue's in order")
+		assert.Less(t, index(got, "a1"), index(got, "a2"))
+		for _, s := range []*workerpool.Subpool{a, b} {
+			assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+			assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+		}
+		assert.Nil(t, a.Stop(), "the pool's Stop dropped them already")
+		a.StopWait()
+		assert.Equal(t, uint64(5), p.Status().Abandoned)
+	})
+}
+
+// index returns the position of s in ss, or -1.
+func index(ss []string, s string) int {
+	for i, x := range ss {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestTheBoundOnWaitingTasksCoversSubpoolsAndKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(workerpool.Reject))
+		a := p.Subpool("a", 1)
+		release := hold(t, p, 1) // the one worker is busy
+		require.NoError(t, p.Submit(func() {}))
+		require.NoError(t, a.Submit(func() {}))
+		require.NoError(t, a.SubmitKey("k", func() {}))
+		require.NoError(t, p.SubmitKey("k", func() {}))
+		synctest.Wait()
+		assert.Equal(t, 4, p.Status().Waiting)
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrQueueFull, "four wait: full, whoever submits")
+		assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull)
+		assert.Equal(t, uint64(1), a.Status().Rejected)
+		assert.Equal(t, uint64(2), p.Status().Rejected, "the pool's Status counts every rejection")
+		release()
+		p.StopWait()
+		assert.Equal(t, uint64(5), p.Status().Completed)
+	})
+}
+
+func TestPauseHoldsSubpoolsAndKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 2)
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		var ran atomic.Int64
+		require.NoError(t, a.Submit(func() { ran.Add(1) }))
+		require.NoError(t, a.SubmitKey("k", func() { ran.Add(1) }))
+		require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
+		time.Sleep(time.Hour)
+		assert.Zero(t, ran.Load())
+		assert.Equal(t, 2, a.Status().Waiting)
+		assert.Equal(t, workerpool.Paused, a.Status().State)
+		resume()
+		p.StopWait()
+		assert.Equal(t, int64(3), ran.Load())
+	})
+}
+
+func TestGoMapAndGroupRunOnASubpool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 2)
+		var in peakCounter
+		v, err := workerpool.Go(a, func() (int, error) { return 42, nil }).Wait()
+		assert.Equal(t, 42, v)
+		assert.NoError(t, err)
+		out, err := workerpool.Map(context.Background(), a, make([]int, 20), func(_ context.Context, _ int) (int, error) {
+			in.enter()
+			defer in.leave()
+			time.Sleep(time.Millisecond)
+			return 1, nil
+		})
+		assert.NoError(t, err)
+		assert.Len(t, out, 20)
+		g := a.Group(context.Background())
+		for range 10 {
+			g.Go(func(context.Context) error { in.enter(); defer in.leave(); time.Sleep(time.Millisecond); return nil })
+		}
+		assert.NoError(t, g.Wait())
+		assert.Equal(t, int64(2), in.peak.Load(), "within a's limit")
+		assert.Equal(t, uint64(31), a.Status().Completed)
+		p.Stop()
+	})
+}
+
+func TestSubpoolPanicsOnALimitBelowOne(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	assert.PanicsWithValue(t, `workerpool: Subpool("x", 0): the limit must be at least 1`, func() { p.Subpool("x", 0) })
+	s := p.Subpool("x", 1)
+	assert.Equal(t, "x", s.Name())
+	assert.Panics(t, func() { s.Resize(0) })
+}
+
+func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
+	p := workerpool.New(1)
+	p.Stop()
+	s := p.Subpool("late", 1)
+	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	assert.Nil(t, s.Stop())
+	s.Resize(3) // does nothing, and returns
+}
