@@ -206,4 +206,3 @@ func (d *dispatcher) doneTasks() uint64 {
 	}
 	return n
 }
-
