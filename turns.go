@@ -139,7 +139,9 @@ func (d *dispatcher) askForEnd(l *lane, line *keyLine) {
 }
 
 // requeue puts tasks taken back from the hand-off buffer at the front of
-// their lanes, in order.
+// their lanes, in order, and their lanes at the front of the ring, with the
+// turn within each lane as it was: the next offer hands them out again
+// first, as if they had never left.
 func (d *dispatcher) requeue(back []job) {
 	for _, t := range slices.Backward(back) {
 		l := d.laneOf(t)
@@ -152,11 +154,16 @@ func (d *dispatcher) requeue(back []job) {
 		} else {
 			l.pushFront(t)
 		}
+		l.keyTurn = t.line != nil
 		if l.sub != nil {
 			l.running--
 		}
 		d.waiting++
-		d.enterRing(l)
+		if l.inRing {
+			d.ring = slices.DeleteFunc(d.ring, func(x *lane) bool { return x == l })
+		}
+		l.inRing = true
+		d.ring = slices.Insert(d.ring, 0, l)
 	}
 	d.setWaiting()
 }
