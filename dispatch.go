@@ -111,8 +111,13 @@ func (d *dispatcher) run() {
 		// Meanwhile offer reject, which answers the submitters that do not
 		// wait. Both cases are off once draining. The wants are set before
 		// room is looked at, so that a worker making room is seen or
-		// signals (see updateWants).
+		// signals (see updateWants). So are they before the quits
+		// received are counted: a worker that takes a quit after that
+		// count sees wantTaken and signals.
 		d.updateWants()
+		if d.seeQuits() {
+			continue // fewer workers: look again
+		}
 		var tasks <-chan job
 		var reject chan<- struct{}
 		if !d.draining {

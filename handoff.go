@@ -15,8 +15,11 @@ import (
 // back first:
 //   - a pause, before it takes hold (takeBack);
 //   - Stop and a passed Shutdown deadline, which drop them with the queue;
-//     and a worker that receives a task after the deadline, before the
-//     dispatcher has taken the buffer back, drops it itself (dropLate);
+//     a worker that receives a task after the deadline, before the
+//     dispatcher has taken the buffer back, drops it itself, and so does
+//     one that receives a task the dispatcher's take-back went past (see
+//     cutoff), so that the tasks that start are those before the cut
+//     (dropLate);
 //   - a bounded queue's backpressure counts the buffered tasks as waiting,
 //     and has the workers signal as they take them, so that Block
 //     submitters get in as soon as there is room (wantTaken); so do the
@@ -25,11 +28,26 @@ import (
 
 // What the dispatcher wants of the workers, in Pool.wants.
 const (
-	wantIdle      = 1 << iota // signal the end of every task: a Pause waits for them
-	wantTaken                 // signal every task or quit taken from the hand-off buffer
-	wantEnds                  // signal the end of every keyed or sub-pool task
-	watchDeadline             // drop a task received after the Shutdown deadline
+	wantIdle  = 1 << iota // signal the end of every task: a Pause waits for them
+	wantTaken             // signal every task or quit taken from the hand-off buffer
+	wantEnds              // signal the end of every keyed or sub-pool task
+	watchLate             // drop a task received after a Shutdown deadline or past the cut
 )
+
+// A cutoff is where Stop, or a passed Shutdown deadline, cut the tasks sent
+// on p.work: the dispatcher publishes it (Pool.cut) and sets watchLate
+// before it takes the hand-off buffer back, then sets seq to the first task
+// it took back and closes done. A worker that sees watchLate after
+// receiving a task waits for done and drops the task if its seq is at or
+// past the cut: the workers took it, concurrently, after the dispatcher
+// took an earlier one. A worker that received its task before watchLate
+// was set received it before the take-back began, so its seq is below the
+// cut. Either way, the tasks that start are exactly those sent before the
+// cut, and the dropped ones all come after them.
+type cutoff struct {
+	seq  uint64 // written before done is closed
+	done chan struct{}
+}
 
 // handOffBuffer is the capacity of the hand-off buffer (see Pool.work): how
 // many waiting tasks workers can take without waiting for the dispatcher.
@@ -45,14 +63,14 @@ func (d *dispatcher) updateWants() {
 	if d.pauseAck != nil {
 		wants |= wantIdle
 	}
-	if len(d.p.work) > 0 && (d.draining || d.quitting() > 0 || !d.room() || !d.deep()) {
+	if d.quitting() > 0 || len(d.p.work) > 0 && (d.draining || !d.room() || !d.deep()) {
 		wants |= wantTaken
 	}
 	if len(d.busy) > 0 || d.linesOut > 0 {
 		wants |= wantEnds
 	}
-	if d.deadline != nil {
-		wants |= watchDeadline
+	if d.deadline != nil || d.p.cut.Load() != nil {
+		wants |= watchLate
 	}
 	if wants != d.wants {
 		d.wants = wants
@@ -84,6 +102,24 @@ func (d *dispatcher) takeBack() []job {
 	return back
 }
 
+// cutBuffer takes the hand-off buffer back for good, for Stop or a passed
+// Shutdown deadline, and returns its tasks: nothing is offered on p.work
+// after it but quits. See cutoff.
+func (d *dispatcher) cutBuffer() []job {
+	if d.p.cut.Load() != nil {
+		return d.takeBack() // cut once already: the buffer holds no task
+	}
+	cut := &cutoff{seq: ^uint64(0), done: make(chan struct{})}
+	d.p.cut.Store(cut)
+	d.updateWants() // watchLate, before the first receive
+	back := d.takeBack()
+	if len(back) > 0 {
+		cut.seq = back[0].seq
+	}
+	close(cut.done)
+	return back
+}
+
 // recall records tasks dropped from the hand-off buffer, by the dispatcher
 // (taken back for Stop or a passed Shutdown deadline) or by a worker (see
 // dropLate), and tells their waiters.
@@ -92,6 +128,9 @@ func (p *Pool) recall(tasks ...job) {
 	p.recalled.jobs = append(p.recalled.jobs, tasks...)
 	p.recalled.mu.Unlock()
 	for _, t := range tasks {
+		if t.lane != nil {
+			t.lane.stats.abandoned.Add(1)
+		}
 		if t.w != nil {
 			t.w.finish(ErrStopped)
 		}

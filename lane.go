@@ -45,17 +45,17 @@ type lane struct {
 
 // laneStats are a sub-pool's counters, for its Status. The dispatcher
 // publishes the first group with Store; the others are added to by
-// submitters (CallerRuns, rejections) and workers.
+// submitters (CallerRuns, rejections), workers and the dispatcher.
 type laneStats struct {
 	state       atomic.Int32
 	limit       atomic.Int64
 	submitted   atomic.Uint64 // tasks the dispatcher accepted
-	abandoned   atomic.Uint64
 	peakWaiting atomic.Int64
 
 	_ [cacheLine]byte
 
 	started, ended  atomic.Uint64 // tasks workers received and ended
+	abandoned       atomic.Uint64 // dropped by a stop: from the lane, or from the hand-off buffer (recall)
 	panicked        atomic.Uint64
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns ran in a submitter

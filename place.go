@@ -16,6 +16,8 @@ func (d *dispatcher) accept(t job) {
 		if d.waiting != 0 || d.paused || d.workers > d.max || !d.place(&d.own, t) {
 			d.wait(&d.own, t)
 			d.letWorkersRun()
+		} else {
+			d.notePlaced()
 		}
 		return
 	}
@@ -36,6 +38,7 @@ func (d *dispatcher) accept(t job) {
 		// Counted out before it is sent, and taken back if not sent.
 		d.out(l, t.line)
 		if d.place(l, t) {
+			d.notePlaced()
 			return
 		}
 		d.in(l, t.line)
@@ -136,8 +139,14 @@ func (d *dispatcher) sentOne(l *lane, alone bool) {
 	case d.bufLane != l:
 		d.bufMixed = true
 	}
+}
+
+// notePlaced records the peak of waiting tasks after accept placed one,
+// which may wait in the hand-off buffer. (A task handed out from a lane is
+// counted by commit, once it has left the lane.)
+func (d *dispatcher) notePlaced() {
 	if len(d.p.work) > 0 {
-		d.notePeak() // it may be waiting in the buffer
+		d.notePeak()
 	}
 }
 
@@ -159,18 +168,22 @@ func (d *dispatcher) quitSent(direct bool) {
 // counted out.
 func (d *dispatcher) quitting() int { return int(d.quits - d.quitsCounted) }
 
-// seeQuits counts out the workers of buffered quits that have been received.
-// Workers count every quit they receive; those beyond what the dispatcher
-// has counted out are buffered ones. (A direct quit is counted out before
-// its worker counts it received.)
-func (d *dispatcher) seeQuits() {
+// seeQuits counts out the workers of buffered quits that have been
+// received, and reports whether there were any. Workers count every quit
+// they receive; those beyond what the dispatcher has counted out are
+// buffered ones. (A direct quit is counted out before its worker counts it
+// received.)
+func (d *dispatcher) seeQuits() bool {
 	if d.quits == d.quitsCounted {
-		return
+		return false
 	}
-	if got := d.p.stats.quitsReceived.Load(); got > d.quitsCounted {
-		d.setWorkers(d.workers - int(got-d.quitsCounted))
-		d.quitsCounted = got
+	got := d.p.stats.quitsReceived.Load()
+	if got <= d.quitsCounted {
+		return false
 	}
+	d.setWorkers(d.workers - int(got-d.quitsCounted))
+	d.quitsCounted = got
+	return true
 }
 
 // start starts a worker goroutine whose first task is t; with the zero job

@@ -111,8 +111,11 @@ type Pool struct {
 	wants atomic.Uint32
 	wake  chan struct{}
 	// deadline points at the channel that closes when a Shutdown deadline
-	// passes, while the dispatcher watches one (watchDeadline).
+	// passes, while the dispatcher watches one (watchDeadline); cut is set
+	// when Stop or a passed deadline first takes back the hand-off buffer
+	// (see abandonQueue). Workers look at both (watchLate).
 	deadline atomic.Pointer[<-chan struct{}]
+	cut      atomic.Pointer[cutoff]
 	// ended lists the key lines whose task ended, linked by next, for the
 	// dispatcher to see (seeEnds): workers push, the dispatcher takes all.
 	ended atomic.Pointer[keyLine]

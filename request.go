@@ -23,6 +23,9 @@ func (d *dispatcher) handle(r *request) {
 		d.watchDeadline(r.deadline)
 		d.drain()
 	case subResizeRequest:
+		// The task handed out ahead may be the lane's, out under the old
+		// limit: it goes back, to be handed out again under the new one.
+		d.requeue(d.takeBack())
 		r.lane.limit = r.n
 		r.lane.stats.limit.Store(int64(r.n))
 		d.fill()
@@ -42,10 +45,13 @@ func (d *dispatcher) handle(r *request) {
 
 // resize sets the maximum. Parked workers above it exit now, busy ones when
 // their task ends (the loop offers them quit); a larger maximum starts
-// workers for queued tasks.
+// workers for queued tasks. The hand-off buffer was filled for the old
+// maximum, so it is taken back: its quits may no longer be wanted, its tasks
+// may go to new workers, and, below the old maximum, must not go to a
+// worker coming free that is to quit.
 func (d *dispatcher) resize(n int) {
-	if n > d.max {
-		d.requeue(d.takeBack()) // quits no longer wanted, and tasks for new workers
+	if n != d.max {
+		d.requeue(d.takeBack())
 	}
 	d.max = n
 	d.p.stats.maxWorkers.Store(int64(n))
@@ -181,7 +187,7 @@ func (d *dispatcher) checkDeadline() bool {
 // once, but nothing enters a lane once draining, so later runs find them
 // empty.
 func (d *dispatcher) abandonQueue() {
-	back := d.takeBack()
+	back := d.cutBuffer()
 	d.p.recall(back...)
 	n := len(back) + d.waiting
 	if n == 0 {
@@ -231,6 +237,10 @@ func (d *dispatcher) settleStops(l *lane) {
 // Requests still on their way give up (they watch p.closing): a Pause or a
 // Resize has nothing left to act on.
 func (d *dispatcher) exit() {
+	// The loop ended with the hand-off buffer empty: every quit sent has
+	// been received, and its worker is on its way out.
+	d.setWorkers(d.workers - d.quitting())
+	d.quitsCounted = d.quits
 	close(d.p.closing) // the clock, deadline mergers and late requests give up
 	close(d.p.work)    // the workers run what is buffered first
 	d.clock.stop()

@@ -234,7 +234,7 @@ func (d *dispatcher) drop(l *lane) []func() {
 	d.waiting -= n
 	l.abandonedNow = n
 	if l.sub != nil {
-		l.stats.abandoned.Store(l.stats.abandoned.Load() + uint64(n))
+		l.stats.abandoned.Add(uint64(n))
 	}
 	if l.inRing {
 		l.inRing = false

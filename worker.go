@@ -181,13 +181,27 @@ func (p *Pool) attend(wants uint32, t job) (drop bool) {
 	if wants&wantTaken != 0 {
 		p.signal() // t left the hand-off buffer
 	}
-	if wants&watchDeadline != 0 {
+	if wants&watchLate != 0 && p.late(t) {
+		p.dropLate(t)
+		return true
+	}
+	return false
+}
+
+// late reports whether t, just received from p.work, must not run: a
+// Shutdown deadline has passed, or t is at or past the cut that Stop or the
+// deadline made in the hand-off buffer (see cutoff).
+func (p *Pool) late(t job) bool {
+	if dl := p.deadline.Load(); dl != nil {
 		select {
-		case <-*p.deadline.Load():
-			p.dropLate(t)
+		case <-*dl:
 			return true
 		default:
 		}
+	}
+	if cut := p.cut.Load(); cut != nil {
+		<-cut.done
+		return t.seq >= cut.seq
 	}
 	return false
 }
@@ -200,9 +214,9 @@ func (p *Pool) signal() {
 	}
 }
 
-// dropLate drops t, which a worker received from the hand-off buffer after
-// a Shutdown deadline passed, before the dispatcher took the buffer back:
-// no queued task starts once the deadline has passed.
+// dropLate drops t, which a worker received from the hand-off buffer too
+// late to run it (see late): Stop or the deadline dropped the queue, and t
+// with it.
 func (p *Pool) dropLate(t job) {
 	p.stats.abandonedLate.Add(1)
 	p.recall(t)
