@@ -1,6 +1,9 @@
 package workerpool
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // A Submitter is where [Go], [Map] and a [Group] send work: a [*Pool] or a
 // [*Subpool]. Only this package implements it.
@@ -32,7 +35,7 @@ func (p *Pool) Submit(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	return p.submit(nil, job{fn: task}, p.cfg.overflow, nil)
+	return p.submitTo(nil, nil, job{fn: task}, p.cfg.overflow)
 }
 
 // SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
@@ -122,18 +125,41 @@ func submitWaiter(to Submitter, ctx context.Context, w waiter, overflow Overflow
 // sub-pool s. A sub-pool's submitters hold its gate while they submit, so
 // that a Subpool.Stop or StopWait, which takes the gate once it is closed,
 // knows that no submission to it is on its way.
+//
+// A task that CallerRuns runs here runs after the gate is released: a
+// Subpool.Stop does not wait for it, and it may stop its own sub-pool.
 func (p *Pool) submitTo(s *Subpool, ctx context.Context, t job, overflow Overflow) error {
+	var err error
 	if s == nil {
-		return p.submit(ctx, t, overflow, nil)
+		err = p.submit(ctx, t, overflow, nil)
+	} else {
+		t.lane = s.lane
+		err = p.submitGated(s, ctx, t, overflow)
 	}
+	if err != errRunHere {
+		return err
+	}
+	p.stats.callerSubmitted.Add(1)
+	if t.lane != nil {
+		t.lane.stats.callerSubmitted.Add(1)
+	}
+	p.run(t, nil)
+	return nil
+}
+
+// submitGated is submit for sub-pool s, under its gate.
+func (p *Pool) submitGated(s *Subpool, ctx context.Context, t job, overflow Overflow) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed.Load() {
 		return ErrStopped
 	}
-	t.lane = s.lane
 	return p.submit(ctx, t, overflow, s.stopping)
 }
+
+// errRunHere is submit's answer when the queue is full and the task is to
+// run in its submitter, under CallerRuns.
+var errRunHere = errors.New("workerpool: run in the caller")
 
 // submit hands t to the dispatcher. A Block submitter waits while the
 // bounded queue is full; the others give up when the dispatcher answers on
@@ -160,12 +186,7 @@ func (p *Pool) submit(ctx context.Context, t job, overflow Overflow, stop <-chan
 	case <-reject:
 		// The bounded queue is full and this submitter does not wait.
 		if overflow == CallerRuns {
-			p.stats.callerSubmitted.Add(1)
-			if t.lane != nil {
-				t.lane.stats.callerSubmitted.Add(1)
-			}
-			p.run(t, nil)
-			return nil
+			return errRunHere
 		}
 		p.stats.rejected.Add(1)
 		if t.lane != nil {

@@ -96,7 +96,9 @@ func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx) }
 // sub-pool accepted them; later calls return nil. Dropped
 // [Subpool.SubmitWait] tasks are not returned: their callers get
 // [ErrStopped]. After the pool itself has stopped, Stop drops nothing: the
-// pool's stop did.
+// pool's stop did. A task that [CallerRuns] runs in its submitter is not
+// the sub-pool's to wait for: Stop and StopWait return without it, and
+// it may stop its own sub-pool.
 func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 
 // StopWait stops the sub-pool gracefully: it accepts no more tasks, and
