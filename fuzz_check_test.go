@@ -31,6 +31,9 @@ func (m *fuzzModel) settle() {
 		m.size, m.resizes = got, m.resizes[:0]
 	}
 	m.limit.Store(int64(m.size))
+	if m.cfg.v2 {
+		m.settleSubs()
+	}
 	pending := m.freeOps[:0]
 	for _, op := range m.freeOps {
 		switch {
@@ -69,7 +72,9 @@ func (m *fuzzModel) checkAtRest() {
 	if want := m.running.Load(); int64(s.Busy) != want {
 		m.failf("Busy = %d, but %d tasks run on workers", s.Busy, want)
 	}
-	if s.Waiting > 0 && s.State != workerpool.Paused && (s.Idle != 0 || s.Workers < s.MaxWorkers) {
+	// (In v2, a task may wait for its sub-pool or its key; the turn model
+	// checks those.)
+	if !m.cfg.v2 && s.Waiting > 0 && s.State != workerpool.Paused && (s.Idle != 0 || s.Workers < s.MaxWorkers) {
 		m.failf("%d tasks wait while the pool could run them: %+v", s.Waiting, s)
 	}
 	if s.Workers > s.MaxWorkers && s.Idle != 0 {
@@ -146,15 +151,20 @@ func (m *fuzzModel) checkAtRest() {
 			m.failf("%d workers, below the minimum %d", s.Workers, m.cfg.min)
 		}
 	}
+	if m.cfg.v2 {
+		m.checkSubsAtRest()
+		m.tm.check(m)
+	}
 }
 
 // finish releases everything, stops the pool as the input says, and checks
 // the final accounts: every accepted task ran exactly once or was handed
-// back or dropped with its waiter told.
+// back or dropped with its waiter told. (A v2 input's tasks are released
+// one by one as they run, so that the turn model follows them to the end.)
 func (m *fuzzModel) finish() {
 	m.trace = append(m.trace, "end: release all, resume all")
 	for _, tk := range m.tasks {
-		if tk.gate != nil && !tk.opened {
+		if tk.gate != nil && !tk.opened && !m.cfg.v2 {
 			tk.opened = true
 			close(tk.gate)
 		}
@@ -169,16 +179,28 @@ func (m *fuzzModel) finish() {
 		pz.cancel()
 	}
 	m.mu.Unlock()
+	if m.cfg.v2 {
+		for range m.tm.pauses {
+			m.tm.resume()
+		}
+	}
 	m.stopSettled = m.anyStopReturned()
 	m.stop([...]int{opStop, opStopWait, opShutdown, opShutdown}[m.cfg.final], m.cfg.final == 3, time.Second)
 	// Sleeping tasks and deadlines need the clock to move; each task sleeps
-	// at most a second, so a second per task is enough for all to end.
-	for range len(m.tasks) + 10 {
+	// at most a second, so a second per task is enough for all to end, and
+	// a v2 input needs as many releases again.
+	for range 2*len(m.tasks) + 10 {
 		m.settle()
 		if m.allDone() {
 			break
 		}
+		if m.cfg.v2 && m.releaseRunning(false, 0) {
+			continue
+		}
 		time.Sleep(time.Second)
+		if m.cfg.v2 {
+			m.tm.advance(time.Now())
+		}
 	}
 	if m.t.Failed() {
 		return
@@ -199,11 +221,13 @@ func (m *fuzzModel) finish() {
 
 	// Learn which tasks Stop returned by calling them: nothing else runs now.
 	m.identifying.Store(true)
-	var returned, lists int
+	var returned int
+	var lists [3]int // per target
 	for _, st := range m.stops {
-		if st.kind == opShutdown {
+		if st.kind == opShutdown && !m.subDropping {
 			// Shutdown's error says whether every accepted task ran: nil,
-			// or its ctx's error if that is done, or ErrStopped.
+			// or its ctx's error if that is done, or ErrStopped. (Tasks a
+			// sub-pool's Stop dropped are its caller's: they do not count.)
 			dropped := s.Abandoned > 0
 			switch {
 			case st.err == nil && st.tasks != nil:
@@ -217,7 +241,7 @@ func (m *fuzzModel) finish() {
 			}
 		}
 		if len(st.tasks) > 0 {
-			lists++
+			lists[st.target]++
 		}
 		m.identified = nil
 		for _, fn := range st.tasks {
@@ -226,8 +250,10 @@ func (m *fuzzModel) finish() {
 		}
 		st.returned = m.identified
 	}
-	if lists > 1 {
-		m.failf("%d stop calls returned tasks; only the first may", lists)
+	for target, n := range lists {
+		if n > 1 {
+			m.failf("%d stop calls of %s returned tasks; only the first may", n, targetName(target))
+		}
 	}
 
 	var accepted, waitStopped, ran uint64
@@ -289,11 +315,11 @@ func (m *fuzzModel) finish() {
 // order of hand-offs only as the order of starts, which is the same only
 // when there is one worker.
 func (m *fuzzModel) checkOrder() {
-	before := func(a, b *fuzzTask) bool { // the pool accepted a before b
-		return a.seen != 0 && a.seen <= b.launched && a.accepted()
+	before := func(a, b *fuzzTask) bool { // the pool accepted a before b, in one queue
+		return a.seen != 0 && a.seen <= b.launched && a.accepted() && sameQueue(a, b)
 	}
 	for _, b := range m.tasks {
-		if b.startSeq == 0 {
+		if b.startSeq.Load() == 0 {
 			continue // never started on a worker
 		}
 		for _, a := range m.tasks {
@@ -301,7 +327,9 @@ func (m *fuzzModel) checkOrder() {
 			case !before(a, b):
 			case a.runs.Load() == 0:
 				m.failf("task %d started on a worker, but task %d, accepted before it, never started", b.id, a.id)
-			case m.maxSize == 1 && a.startSeq > b.startSeq:
+			case (m.maxSize == 1 || a.keyed) && a.startSeq.Load() > b.startSeq.Load():
+				// Tasks with one key never overlap, so they start in order
+				// whatever the maximum.
 				m.failf("task %d started on a worker before task %d, which was accepted first", b.id, a.id)
 			}
 		}

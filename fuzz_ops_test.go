@@ -11,6 +11,14 @@ import (
 
 func (m *fuzzModel) step(code byte, arg int) {
 	m.stopSettled = m.anyStopReturned()
+	if m.cfg.v2 {
+		if m.together {
+			m.tm.stopPredicting("two operations ran together")
+		}
+		if m.stepV2(code, arg) {
+			return
+		}
+	}
 	switch code {
 	case opSubmit, opSubmitWait, opTrySubmit, opSubmitCtxDone, opSubmitCtx:
 		method := [...]submitMethod{viaSubmit, viaSubmitWait, viaTrySubmit, viaSubmitCtxDone, viaSubmitCtx}[code]
@@ -66,6 +74,9 @@ func (m *fuzzModel) step(code byte, arg int) {
 		}
 		m.trace = append(m.trace, "resume")
 		pz.cancel()
+		if m.cfg.v2 {
+			m.tm.resume()
+		}
 	case opResize:
 		lo := max(1, m.cfg.min)
 		n := lo + arg%(5-lo)
@@ -85,13 +96,22 @@ func (m *fuzzModel) step(code byte, arg int) {
 	}
 }
 
-// submit submits one new task by method, in its own goroutine.
+// submit submits one new task by method to the pool, in its own goroutine.
 func (m *fuzzModel) submit(method submitMethod, kind taskKind, timeout time.Duration) {
-	stopped := m.stopSettled
-	bounded := m.cfg.bound > 0
-	blocking := kind == kindBlock || kind == kindSleep
+	m.submitTask(&fuzzTask{kind: kind, method: method}, timeout)
+}
 
-	tk := &fuzzTask{id: len(m.tasks), kind: kind, method: method, launched: m.settles}
+// submitTask submits tk, of which kind, method and in v2 target and key are
+// set, in its own goroutine.
+func (m *fuzzModel) submitTask(tk *fuzzTask, timeout time.Duration) {
+	kind, method := tk.kind, tk.method
+	// A stop call returned, or, in v2, the target sub-pool's Stop or
+	// StopWait was called before the last settle.
+	stopped := m.stopSettled || m.closedAt[tk.target] != 0 && m.closedAt[tk.target] <= m.settles
+	bounded := m.cfg.bound > 0
+	blocking := kind == kindBlock || kind == kindSleep || m.cfg.v2
+
+	tk.id, tk.launched = len(m.tasks), m.settles
 	// A call must return once nothing can hold it up: no pause and no
 	// other task that blocks or sleeps (then the queue drains and has
 	// room), or at once if it is a kind of call that never waits.
@@ -106,17 +126,35 @@ func (m *fuzzModel) submit(method submitMethod, kind taskKind, timeout time.Dura
 		if bounded && m.cfg.overflow == workerpool.CallerRuns {
 			other = nil // it may run in the caller
 		}
+	case viaSubmitKey:
+		// Never in the caller: CallerRuns waits for room as Block does.
+		never = never || !bounded || m.cfg.overflow == workerpool.Reject
 	}
 	free := func() bool { return never || m.tasksQuiet(other) && m.pausesQuiet(nil) }
 
-	if kind == kindBlock {
+	if kind == kindBlock || m.cfg.v2 && kind != kindSleep {
 		tk.gate = make(chan struct{})
 	}
 	m.tasks = append(m.tasks, tk)
 	m.taskOp = append(m.taskOp, len(m.ops)) // the spawn below
 	task := m.task(tk)
+	var to workerpool.Submitter = m.p
+	if tk.target > 0 {
+		to = m.subs[tk.target-1]
+	}
+	if m.cfg.v2 && !m.accepts(tk) {
+		// The model says it is refused: it must be.
+		stopped = true
+	}
 
 	desc := fmt.Sprintf("%v(task %d, %v)", method, tk.id, kind)
+	if m.cfg.v2 {
+		desc = fmt.Sprintf("%s.%v(task %d, %v", targetName(tk.target), method, tk.id, kind)
+		if tk.keyed {
+			desc += ", key " + tk.key
+		}
+		desc += ")"
+	}
 	m.spawn(desc, free, func() {
 		normal := false
 		defer func() {
@@ -126,19 +164,21 @@ func (m *fuzzModel) submit(method submitMethod, kind taskKind, timeout time.Dura
 		var err error
 		switch method {
 		case viaSubmit:
-			err = submitCall(func() error { return m.p.Submit(task) })
+			err = submitCall(func() error { return to.Submit(task) })
 		case viaSubmitWait:
-			err = submitCall(func() error { return m.p.SubmitWait(task) })
+			err = submitCall(func() error { return to.SubmitWait(task) })
 		case viaTrySubmit:
-			err = submitCall(func() error { return m.p.TrySubmit(task) })
+			err = submitCall(func() error { return to.TrySubmit(task) })
 		case viaSubmitCtxDone:
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			err = submitCall(func() error { return m.p.SubmitCtx(ctx, task) })
+			err = submitCall(func() error { return to.SubmitCtx(ctx, task) })
 		case viaSubmitCtx:
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			err = submitCall(func() error { return m.p.SubmitCtx(ctx, task) })
+			err = submitCall(func() error { return to.SubmitCtx(ctx, task) })
+		case viaSubmitKey:
+			err = submitCall(func() error { return to.SubmitKey(tk.key, task) })
 		}
 		normal = true
 		tk.err = err
@@ -153,7 +193,7 @@ func (m *fuzzModel) tasksQuiet(skip *fuzzTask) bool {
 		if tk == skip {
 			continue
 		}
-		if (tk.kind == kindBlock && !tk.opened || tk.kind == kindSleep) &&
+		if (tk.gate != nil && !tk.opened || tk.kind == kindSleep) &&
 			!tk.finished.Load() && !(m.resolvedOf(tk) && !tk.accepted()) {
 			return false
 		}
@@ -184,6 +224,9 @@ func (m *fuzzModel) resolvedOf(tk *fuzzTask) bool {
 }
 
 func (m *fuzzModel) pause() {
+	if m.cfg.v2 {
+		m.tm.pause()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pz := &fuzzPause{cancel: cancel}
 	m.mu.Lock()
@@ -220,6 +263,9 @@ func (m *fuzzModel) advance(d time.Duration) {
 	synctest.Wait()
 	reapCheck := m.cfg.idle >= 0 && d > 2*timeout && m.sleeping.Load() == 0 && !m.stopIssued
 	time.Sleep(d)
+	if m.cfg.v2 {
+		m.tm.advance(time.Now())
+	}
 	m.settle()
 	if !reapCheck {
 		return
@@ -242,6 +288,12 @@ func (m *fuzzModel) stop(kind int, deadline bool, d time.Duration) {
 	m.mu.Unlock()
 	st := &fuzzStop{kind: kind, deadline: deadline, at: time.Now().Add(d)}
 	m.stops = append(m.stops, st)
+	if m.cfg.v2 {
+		if deadline {
+			m.tm.stopPredicting("Shutdown with a deadline")
+		}
+		m.tm.stopPool(kind == opStop)
+	}
 	var desc string
 	var call func()
 	switch kind {
@@ -265,9 +317,11 @@ func (m *fuzzModel) stop(kind int, deadline bool, d time.Duration) {
 	st.op = m.spawn(desc, func() bool { return m.tasksQuiet(nil) }, call)
 }
 
+// anyStopReturned reports whether a stop call of the pool (not of a
+// sub-pool) has returned.
 func (m *fuzzModel) anyStopReturned() bool {
 	for _, st := range m.stops {
-		if st.op.done.Load() {
+		if st.target == 0 && st.op.done.Load() {
 			return true
 		}
 	}

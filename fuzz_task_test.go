@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,8 +93,9 @@ func (m *fuzzModel) task(tk *fuzzTask) func() {
 			m.goFail("task %d started after a stop call returned", tk.id)
 		}
 		tk.started = time.Now()
+		tg := &m.targets[tk.target]
 		if onWorker() {
-			tk.startSeq = m.starts.Add(1)
+			tk.startSeq.Store(m.starts.Add(1))
 			if n, limit := m.running.Add(1), m.limit.Load(); n > limit {
 				m.goFail("task %d started on a worker with %d running, more than the maximum %d", tk.id, n, limit)
 			}
@@ -101,17 +103,35 @@ func (m *fuzzModel) task(tk *fuzzTask) func() {
 				m.goFail("task %d started on a worker while a Pause was in force", tk.id)
 			}
 			defer m.running.Add(-1)
+			if n, limit := tg.running.Add(1), tg.limit.Load(); limit > 0 && n > limit {
+				m.goFail("task %d of sub-pool %s started with %d of its tasks running, more than its limit %d", tk.id, targetName(tk.target), n, limit)
+			}
+			defer tg.running.Add(-1)
 		} else {
 			m.callerRunning.Add(1)
 			defer m.callerRunning.Add(-1)
+			tg.callerRunning.Add(1)
+			defer tg.callerRunning.Add(-1)
+		}
+		if tk.keyed {
+			kr := &m.keyRunning[tk.target][slices.Index(fuzzKeys[:], tk.key)]
+			if n := kr.Add(1); n > 1 {
+				m.goFail("task %d started while another task with key %s of %s ran", tk.id, tk.key, targetName(tk.target))
+			}
+			defer kr.Add(-1)
 		}
 		defer func() {
 			tk.finished.Store(true)
 			if tk.kind == kindPanic {
 				m.panicked.Add(1)
+				tg.panicked.Add(1)
 			}
 			m.finished.Add(1)
+			tg.finished.Add(1)
 		}()
+		if m.cfg.v2 && tk.gate != nil {
+			<-tk.gate // every v2 task but a sleeping one ends when released
+		}
 		switch tk.kind {
 		case kindPanic:
 			panic(fuzzPanic{tk})

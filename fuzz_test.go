@@ -29,6 +29,14 @@ import (
 //   - no caller stays blocked once nothing can hold it up, and at the end no
 //     goroutine is left.
 //
+// Inputs with the v2 bit (see decodeFuzzConfig) run on a pool with two
+// sub-pools, and submit to all three and with keys (see fuzzModel.stepV2).
+// They check as well that no sub-pool runs more tasks than its limit, that
+// tasks with the same key never overlap and start in order, that each
+// sub-pool's Status agrees with the model, and, with one worker and an
+// unbounded queue, that tasks start exactly in the order a model of fair
+// turns and keyed order predicts (see turnModel).
+//
 // Each input runs in a synctest bubble, on a fake clock: a deadlock or a
 // leaked goroutine fails it. Blocking calls run in their own goroutines, and
 // synctest.Wait lets the pool settle after each step. The scheduler still
@@ -70,6 +78,12 @@ const (
 	opTogether             // run the next two operations without settling in between
 )
 
+// fuzzKeys are the keys of v2 inputs' keyed tasks.
+var fuzzKeys = [...]string{"k0", "k1"}
+
+// targetName names a v2 input's targets: the pool and its two sub-pools.
+func targetName(target int) string { return [...]string{"pool", "A", "B"}[target] }
+
 // The kinds of task, chosen by an operation's argument.
 type taskKind int
 
@@ -100,12 +114,17 @@ type fuzzConfig struct {
 	overflow        workerpool.Overflow
 	idle            time.Duration // as passed to WithIdleTimeout
 	final           int           // how the run ends: 0 Stop, 1 StopWait, 2 Shutdown, 3 Shutdown with a deadline
+	v2              bool          // with sub-pools A and B and keys
+	limits          [2]int        // v2: the limits of A and B
 }
 
 // decodeFuzzConfig reads the configuration: byte 0 holds max-1 (2 bits) and
 // the overflow policy; byte 1 min (3 bits, taken mod max+1), the queue bound
 // (2 bits, 0 unbounded) and the idle timeout (2 bits, fuzzIdle); byte 2 the
-// final stop (2 bits).
+// final stop (2 bits) and the v2 bit (bit 2), then for v2 the limits of A
+// (bit 3) and B (bits 4-5). A v2 input has one worker and an unbounded
+// queue half the time each, where the turn model predicts every start: its
+// maximum is 1, 1, 2 or 3 and its bound 0, 0, 2 or 3.
 func decodeFuzzConfig(b [3]byte) fuzzConfig {
 	c := fuzzConfig{
 		max:      1 + int(b[0]&3),
@@ -113,13 +132,23 @@ func decodeFuzzConfig(b [3]byte) fuzzConfig {
 		bound:    int(b[1]>>3) & 3,
 		idle:     fuzzIdle[b[1]>>5&3],
 		final:    int(b[2] & 3),
+		v2:       b[2]&4 != 0,
+	}
+	if c.v2 {
+		c.max = [...]int{1, 1, 2, 3}[b[0]&3]
+		c.bound = [...]int{0, 0, 2, 3}[b[1]>>3&3]
+		c.limits = [2]int{1 + int(b[2]>>3&1), 1 + int(b[2]>>4&3)%3}
 	}
 	c.min = int(b[1]&7) % (c.max + 1)
 	return c
 }
 
 func (c fuzzConfig) String() string {
-	return fmt.Sprintf("New(%d, min %d, bound %d, %v, idle %v), final stop %d", c.max, c.min, c.bound, c.overflow, c.idle, c.final)
+	s := fmt.Sprintf("New(%d, min %d, bound %d, %v, idle %v), final stop %d", c.max, c.min, c.bound, c.overflow, c.idle, c.final)
+	if c.v2 {
+		s += fmt.Sprintf(", sub-pools A (limit %d) and B (limit %d)", c.limits[0], c.limits[1])
+	}
+	return s
 }
 
 // fuzzPanic is what a kindPanic task panics with.
@@ -134,10 +163,11 @@ const (
 	viaTrySubmit
 	viaSubmitCtxDone
 	viaSubmitCtx
+	viaSubmitKey
 )
 
 func (m submitMethod) String() string {
-	return [...]string{"Submit", "SubmitWait", "TrySubmit", "SubmitCtx(cancelled)", "SubmitCtx"}[m]
+	return [...]string{"Submit", "SubmitWait", "TrySubmit", "SubmitCtx(cancelled)", "SubmitCtx", "SubmitKey"}[m]
 }
 
 // A fuzzTask is the model's record of one submitted task.
@@ -145,12 +175,15 @@ type fuzzTask struct {
 	id     int
 	kind   taskKind
 	method submitMethod
-	gate   chan struct{} // kindBlock: closed to release it
+	gate   chan struct{} // kindBlock, and all but kindSleep in v2: closed to release it
 	opened bool          // gate closed; owned by the driver
+	target int           // v2: 0 the pool, 1 and 2 sub-pools A and B
+	keyed  bool          // v2: submitted with SubmitKey, with key
+	key    string
 
 	runs     atomic.Int32 // times the task started
 	started  time.Time    // when, on the fake clock; written before finished
-	startSeq int64        // its place among the starts on workers, from 1; 0 if none
+	startSeq atomic.Int64 // its place among the starts on workers, from 1; 0 if none
 
 	// When its submission was launched and when it was first seen to have
 	// returned, in settles (see fuzzModel.settles).
@@ -192,6 +225,7 @@ type fuzzPause struct {
 type fuzzStop struct {
 	op       *fuzzOp
 	kind     int // opStop, opStopWait or opShutdown
+	target   int // v2: 0 the pool, 1 or 2 a sub-pool's Stop or StopWait
 	deadline bool
 	at       time.Time   // when the deadline passes
 	tasks    []func()    // what it returned; written before op.done
@@ -234,6 +268,26 @@ type fuzzModel struct {
 	identified    []*fuzzTask  // the tasks called since, in order
 	starts        atomic.Int64 // tasks started on workers
 	startedAfter  atomic.Bool  // a task started after a stop call returned
+
+	// v2 only.
+	subs        [2]*workerpool.Subpool
+	tm          *turnModel
+	targets     [3]fuzzTarget
+	keyRunning  [3][len(fuzzKeys)]atomic.Int32 // tasks running per target and key
+	subLimits   [2]int                         // the sub-pools' limits
+	subResizes  [2][]int                       // limits asked for since the last settle
+	closedAt    [3]int                         // 1 + settles when a sub-pool's Stop or StopWait was called; 0 if never
+	subDropping bool                           // a sub-pool's Stop was called
+}
+
+// A fuzzTarget counts the tasks of one target of a v2 input, as the tasks
+// see them.
+type fuzzTarget struct {
+	running       atomic.Int64 // on workers
+	callerRunning atomic.Int64
+	limit         atomic.Int64 // the most that may run on workers now; 0 no limit
+	finished      atomic.Int64
+	panicked      atomic.Int64
 }
 
 func runFuzzModel(t *testing.T, data []byte) {
@@ -254,6 +308,9 @@ func runFuzzModel(t *testing.T, data []byte) {
 		workerpool.WithIdleTimeout(m.cfg.idle),
 		workerpool.WithPanicHandler(m.panicHandler),
 	)
+	if m.cfg.v2 {
+		m.startV2()
+	}
 	defer m.cleanUp()
 	m.settle()
 	for _, b := range data {
