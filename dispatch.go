@@ -118,6 +118,11 @@ func (d *dispatcher) run() {
 		if d.seeQuits() {
 			continue // fewer workers: look again
 		}
+		if d.draining && d.waiting == 0 && len(p.work) == 0 {
+			// The workers took the last buffered tasks since the loop
+			// looked, before the wants asked them to signal: done.
+			continue
+		}
 		var tasks <-chan job
 		var reject chan<- struct{}
 		if !d.draining {
