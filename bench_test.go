@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dispatchkit/workerpool"
 )
@@ -18,12 +19,18 @@ import (
 // not timed; submitted, if not nil, runs (timed) after the last Submit.
 // It fails unless every task ran exactly once.
 func benchSubmit(b *testing.B, p *workerpool.Pool, parallel bool, submitted func()) {
+	benchSubmitTo(b, p, func(_ int, task func()) error { return p.Submit(task) }, parallel, submitted)
+}
+
+// benchSubmitTo is benchSubmit with the i-th task submitted by submit.
+func benchSubmitTo(b *testing.B, p *workerpool.Pool, submitTo func(i int, task func()) error, parallel bool, submitted func()) {
 	b.ReportAllocs()
 	reportCPU(b)
 	var ran atomic.Int64
 	task := func() { ran.Add(1) }
+	var next atomic.Int64 // numbers the submissions, for submitTo's pick
 	submit := func() bool {
-		if err := p.Submit(task); err != nil {
+		if err := submitTo(int(next.Add(1)), task); err != nil {
 			b.Error(err)
 			return false
 		}
@@ -137,4 +144,58 @@ func BenchmarkStartStop(b *testing.B) {
 			p.StopWait()
 		}
 	})
+}
+
+// BenchmarkSubpool compares Submit to a sub-pool with Submit to the pool
+// itself, on the same number of workers: the sub-pool's limit is the
+// pool's maximum, so only the cost of its lane shows.
+func BenchmarkSubpool(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("pool/workers=%d", n), func(b *testing.B) {
+			benchSubmit(b, workerpool.New(n), false, nil)
+		})
+		b.Run(fmt.Sprintf("subpool/workers=%d", n), func(b *testing.B) {
+			p := workerpool.New(n)
+			s := p.Subpool("bench", n)
+			benchSubmitTo(b, p, func(_ int, task func()) error { return s.Submit(task) }, false, nil)
+		})
+	}
+}
+
+// BenchmarkSubmitKey measures SubmitKey with many distinct keys (each task
+// its own, from a set of 65536) and with a few hot keys (4), whose tasks
+// queue behind each other. The keys are made before the timer starts.
+// idle-B/key is the heap the pool holds once every task has ended, less
+// what it held warm before the run, per key used: what a finished key
+// costs, which is 0 but for a fixed cache of unused key lines.
+func BenchmarkSubmitKey(b *testing.B) {
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	for _, c := range []struct {
+		name string
+		keys int
+	}{{"distinct", len(keys)}, {"hot=4", 4}} {
+		b.Run(c.name+"/workers=4", func(b *testing.B) {
+			p := workerpool.New(4)
+			if err := p.SubmitWait(func() {}); err != nil { // a worker up
+				b.Fatal(err)
+			}
+			before := liveHeap()
+			idle := func() {
+				b.StopTimer()
+				for p.Status().Completed < uint64(b.N)+1 {
+					time.Sleep(time.Millisecond)
+				}
+				after := liveHeap()
+				perKey := max(float64(after)-float64(before), 0) / float64(min(b.N, c.keys))
+				b.ReportMetric(perKey, "idle-B/key")
+				b.StartTimer()
+			}
+			benchSubmitTo(b, p, func(i int, task func()) error {
+				return p.SubmitKey(keys[i%c.keys], task)
+			}, false, idle)
+		})
+	}
 }

@@ -93,10 +93,14 @@ func (d *dispatcher) run() {
 			continue // the queue is empty now
 		}
 		d.seeQuits()
-		if !d.draining && !d.paused && d.waiting == 0 && d.workers <= d.max && d.wants == 0 && d.room() {
+		if !d.draining && !d.paused && d.waiting == 0 && d.workers <= d.max && d.wants == 0 && len(d.stopping) == 0 && d.room() {
 			// The common case: nothing to offer the workers and nothing
 			// to watch but submissions, so a plain receive will do, which
 			// is cheaper than a select. Requests come on p.tasks too.
+			// d.wants is as the last iteration set it; what a request
+			// handled since may have changed is looked at here: with
+			// nothing waiting, only a sub-pool's stop waiting for its
+			// tasks to end makes ends matter (see endsMatter).
 			d.receive(<-p.tasks)
 			continue
 		}
@@ -117,6 +121,12 @@ func (d *dispatcher) run() {
 		d.updateWants()
 		if d.seeQuits() {
 			continue // fewer workers: look again
+		}
+		if d.wants&wantEnds != 0 && d.countEnds() {
+			// Sub-pools' tasks ended before the workers were asked to
+			// signal their ends (see endsMatter): look again.
+			d.fill()
+			continue
 		}
 		if d.draining && d.waiting == 0 && len(p.work) == 0 {
 			// The workers took the last buffered tasks since the loop

@@ -30,7 +30,7 @@ import (
 const (
 	wantIdle  = 1 << iota // signal the end of every task: a Pause waits for them
 	wantTaken             // signal every task or quit taken from the hand-off buffer
-	wantEnds              // signal the end of every keyed or sub-pool task
+	wantEnds              // signal the end of every keyed or sub-pool task: a key or a sub-pool's limit holds up a task
 	watchLate             // drop a task received after a Shutdown deadline or past the cut
 )
 
@@ -66,7 +66,7 @@ func (d *dispatcher) updateWants() {
 	if d.quitting() > 0 || len(d.p.work) > 0 && (d.draining || !d.room() || !d.deep()) {
 		wants |= wantTaken
 	}
-	if len(d.busy) > 0 || d.linesOut > 0 {
+	if d.linesOut > 0 || d.endsMatter() {
 		wants |= wantEnds
 	}
 	if d.deadline != nil || d.p.cut.Load() != nil {

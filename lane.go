@@ -89,6 +89,18 @@ func (l *lane) startable() bool {
 	return (l.tasks.Len() > 0 || l.ready.Len() > 0) && l.underLimit()
 }
 
+// countEnded brings running up to date with the ends of the lane's tasks
+// that workers counted, and reports whether any came since it last looked.
+func (l *lane) countEnded() bool {
+	ended := l.stats.ended.Load()
+	if ended == l.endedSeen {
+		return false
+	}
+	l.running -= int(ended - l.endedSeen)
+	l.endedSeen = ended
+	return true
+}
+
 // underLimit reports whether one more of the lane's tasks may be out.
 func (l *lane) underLimit() bool { return l.sub == nil || l.running < l.limit }
 

@@ -34,6 +34,9 @@ func (d *dispatcher) accept(t job) {
 			return
 		}
 	}
+	if l.sub != nil && l.running >= l.limit {
+		l.countEnded() // its workers count ends without telling (see endsMatter)
+	}
 	if d.waiting == 0 && !d.paused && d.workers <= d.max && l.underLimit() {
 		// Counted out before it is sent, and taken back if not sent.
 		d.out(l, t.line)

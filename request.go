@@ -215,6 +215,7 @@ func (d *dispatcher) stopLane(r *request) {
 		d.stopping = append(d.stopping, l)
 	}
 	l.stops = append(l.stops, r)
+	l.countEnded() // its workers counted ends without telling (see endsMatter)
 	d.settleStops(l)
 }
 

@@ -128,11 +128,13 @@ func (d *dispatcher) in(l *lane, line *keyLine) {
 	}
 }
 
-// askForEnd asks workers to report the end of a task of lane l with key
-// line (nil: none), if it is keyed or a sub-pool's: before the task is sent,
-// so that its worker sees the request.
+// askForEnd asks workers to report the end of a task with key line (nil:
+// none), if it is keyed: before the task is sent, so that its worker sees
+// the request. A sub-pool's tasks need no such request: a worker counts
+// their ends in its stats, which the dispatcher reads when it looks at
+// the lane (see endsMatter).
 func (d *dispatcher) askForEnd(l *lane, line *keyLine) {
-	if (line != nil || l.sub != nil) && d.wants&wantEnds == 0 {
+	if line != nil && d.wants&wantEnds == 0 {
 		d.wants |= wantEnds
 		d.p.wants.Store(d.wants)
 	}
@@ -186,11 +188,17 @@ func (d *dispatcher) seeEnds() {
 		}
 		line = next
 	}
+	d.countEnds()
+	d.fill()
+}
+
+// countEnds brings the sub-pools' counts of tasks out up to date with the
+// ends their workers counted, answers the stops of those now idle, and
+// reports whether any task ended since it last looked.
+func (d *dispatcher) countEnds() (ended bool) {
 	busy := d.busy[:0]
 	for _, l := range d.busy {
-		ended := l.stats.ended.Load()
-		l.running -= int(ended - l.endedSeen)
-		l.endedSeen = ended
+		ended = l.countEnded() || ended
 		if l.running > 0 {
 			busy = append(busy, l)
 		} else {
@@ -200,7 +208,24 @@ func (d *dispatcher) seeEnds() {
 	}
 	clear(d.busy[len(busy):])
 	d.busy = busy
-	d.fill()
+	return ended
+}
+
+// endsMatter reports whether the end of a sub-pool's task would let the
+// dispatcher do something: start a task the sub-pool's limit holds up, or
+// answer its Stop or StopWait. Only then do workers signal those ends
+// (wantEnds); otherwise the dispatcher counts them when it next looks at
+// the lane. The counts it looks at may be stale, but only ever high, so a
+// lane that seems at its limit turns wantEnds on, and the loop then counts
+// again (see run), catching the ends that came before the workers were
+// asked to signal them.
+func (d *dispatcher) endsMatter() bool {
+	for _, l := range d.busy {
+		if len(l.stops) > 0 || l.waiting > 0 && l.running >= l.limit {
+			return true
+		}
+	}
+	return false
 }
 
 // drop empties lane l for a stop: it returns its fire-and-forget tasks, the
