@@ -278,6 +278,7 @@ type fuzzModel struct {
 	subResizes  [2][]int                       // limits asked for since the last settle
 	closedAt    [3]int                         // 1 + settles when a sub-pool's Stop or StopWait was called; 0 if never
 	subDropping bool                           // a sub-pool's Stop was called
+	subPeaks    [2]int                         // the most tasks seen waiting in each sub-pool at rest
 }
 
 // A fuzzTarget counts the tasks of one target of a v2 input, as the tasks

@@ -198,6 +198,11 @@ func (m *fuzzModel) checkSubsAtRest() {
 			m.failf("sub-pool %s: Rejected = %d, Submitted = %d; %d of its submissions got ErrQueueFull, %d were accepted",
 				s.Name(), st.Rejected, st.Submitted, rejected, accepted)
 		}
+		m.subPeaks[i] = max(m.subPeaks[i], st.Waiting)
+		if st.PeakWaiting < m.subPeaks[i] || m.cfg.bound > 0 && st.PeakWaiting > m.cfg.bound || uint64(st.PeakWaiting) > st.Submitted {
+			m.failf("sub-pool %s: PeakWaiting = %d; it had %d waiting at rest, the bound is %d (0: none), %d were accepted",
+				s.Name(), st.PeakWaiting, m.subPeaks[i], m.cfg.bound, st.Submitted)
+		}
 		stopped := m.anyStopReturned()
 		for _, stop := range m.stops {
 			stopped = stopped || stop.target == target && stop.op.done.Load()

@@ -101,6 +101,17 @@ func (l *lane) countEnded() bool {
 	return true
 }
 
+// notePeak records a sub-pool's waiting tasks as its PeakWaiting if they
+// are more: those accepted and neither started nor dropped, as its Status
+// counts them. The dispatcher is the only writer of the peak.
+func (l *lane) notePeak() {
+	st := &l.stats
+	n := int64(l.submitted) - int64(st.started.Load()) - int64(st.abandoned.Load())
+	if n > st.peakWaiting.Load() {
+		st.peakWaiting.Store(n)
+	}
+}
+
 // underLimit reports whether one more of the lane's tasks may be out.
 func (l *lane) underLimit() bool { return l.sub == nil || l.running < l.limit }
 

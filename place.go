@@ -25,6 +25,7 @@ func (d *dispatcher) accept(t job) {
 	if l.sub != nil {
 		l.submitted++
 		l.stats.submitted.Store(l.submitted)
+		defer l.notePeak()
 	}
 	if t.line == keyed {
 		// Its key's line; the task waits in it while the key is busy.
