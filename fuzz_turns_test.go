@@ -274,13 +274,17 @@ func (tm *turnModel) resume() {
 }
 
 // stopLane drops the waiting tasks of target's lane (drop) or lets them run
-// (StopWait); either way the lane accepts nothing more.
+// (StopWait); either way the lane accepts nothing more. Stop takes back the
+// task handed out ahead, drops it if it is the lane's, and hands it out
+// again if not.
 func (tm *turnModel) stopLane(target int, drop bool) {
 	l := tm.lanes[target]
 	l.closed = true
 	if !drop {
 		return
 	}
+	tm.takeBack()
+	defer tm.fill()
 	l.tasks, l.ready, l.waiting = nil, nil, 0
 	for k, line := range l.lines {
 		line.tasks = nil

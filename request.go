@@ -206,6 +206,11 @@ func (d *dispatcher) abandonQueue() {
 func (d *dispatcher) stopLane(r *request) {
 	l := r.lane
 	if r.kind == subStopRequest {
+		// A task of l handed out ahead has not started: it is dropped
+		// with the others. (One that a worker takes from the buffer
+		// meanwhile has started, and runs; Stop waits for it.) The loop
+		// hands out again any other lane's task taken back with it.
+		d.requeue(d.takeBack())
 		r.tasks = d.drop(l)
 		d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(l.abandonedNow))
 		d.setWaiting()

@@ -1,0 +1,271 @@
+package workerpool_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+func TestSubpoolStopDropsOnlyItsTasksAndWaitsForItsRunningOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		var ranA, ranB, ranP atomic.Int64
+		require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ranA.Add(1) }))
+		var order []int
+		for i := range 5 {
+			require.NoError(t, a.Submit(func() { order = append(order, i) }))
+		}
+		require.NoError(t, a.SubmitKey("k", func() { order = append(order, 100) }))
+		waitErr := make(chan error)
+		go func() { waitErr <- a.SubmitWait(func() { t.Error("a dropped task ran") }) }()
+		for range 3 {
+			require.NoError(t, b.Submit(func() { time.Sleep(time.Second); ranB.Add(1) }))
+			require.NoError(t, p.Submit(func() { ranP.Add(1) }))
+		}
+		synctest.Wait()
+
+		start := time.Now()
+		tasks := a.Stop()
+		assert.Equal(t, time.Second, time.Since(start), "Stop waits for a's running task")
+		assert.Equal(t, int64(1), ranA.Load())
+		assert.ErrorIs(t, <-waitErr, workerpool.ErrStopped)
+		require.Len(t, tasks, 6, "the fire-and-forget tasks a had waiting")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 100}, order, "each of a's queues in order")
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.ErrorIs(t, a.SubmitKey("k", func() {}), workerpool.ErrStopped)
+		assert.Nil(t, a.Stop(), "a later Stop gets nothing")
+
+		assert.NoError(t, b.Submit(func() { ranB.Add(1) }), "b goes on")
+		assert.NoError(t, p.Submit(func() { ranP.Add(1) }), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, int64(4), ranB.Load())
+		assert.Equal(t, int64(4), ranP.Load())
+		st := a.Status()
+		assert.Equal(t, workerpool.Stopped, st.State)
+		assert.Equal(t, uint64(7), st.Abandoned)
+		assert.Equal(t, uint64(1), st.Completed)
+		assert.Equal(t, uint64(7), p.Status().Abandoned)
+	})
+}
+
+func TestSubpoolStopWaitRunsItsTasksAndLeavesThePoolRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 2)
+		var ran atomic.Int64
+		for range 10 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		a.StopWait()
+		assert.Equal(t, 5*time.Second, time.Since(start), "ten tasks, two at a time")
+		assert.Equal(t, int64(10), ran.Load())
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.NoError(t, p.SubmitWait(func() {}))
+		assert.Equal(t, workerpool.Running, p.Status().State)
+		p.Stop()
+	})
+}
+
+func TestThePoolsStopCoversEverySubpool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		release := hold(t, p, 1)
+		var got []string
+		for _, n := range []string{"p1", "p2"} {
+			require.NoError(t, p.Submit(func() { got = append(got, n) }))
+		}
+		for _, n := range []string{"a1", "a2"} {
+			require.NoError(t, a.Submit(func() { got = append(got, n) }))
+		}
+		require.NoError(t, b.SubmitKey("k", func() { got = append(got, "bk") }))
+		synctest.Wait()
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		tasks := <-stopped
+		assert.Len(t, tasks, 5, "every queue's tasks come back")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Subset(t, got, []string{"p1", "p2", "a1", "a2", "bk"})
+		assert.Less(t, index(got, "p1"), index(got, "p2"), "each queue's in order")
+		assert.Less(t, index(got, "a1"), index(got, "a2"))
+		for _, s := range []*workerpool.Subpool{a, b} {
+			assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+			assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+		}
+		assert.Nil(t, a.Stop(), "the pool's Stop dropped them already")
+		a.StopWait()
+		assert.Equal(t, uint64(5), p.Status().Abandoned)
+	})
+}
+
+// index returns the position of s in ss, or -1.
+func index(ss []string, s string) int {
+	for i, x := range ss {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
+	p := workerpool.New(1)
+	p.Stop()
+	s := p.Subpool("late", 1)
+	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	assert.Nil(t, s.Stop())
+	s.Resize(3) // does nothing, and returns
+}
+
+// A task that CallerRuns runs in its submitter is not the sub-pool's to
+// wait for: it may stop its own sub-pool, and gets back what waited in it.
+// (Before the fix, the submitter held the sub-pool's gate while it ran the
+// task, and Stop deadlocked on it.) Real scheduler: a mutex deadlock is not
+// one synctest can see.
+func TestACallerRunsTaskCanStopItsOwnSubpool(t *testing.T) {
+	p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+	defer p.Stop()
+	s := p.Subpool("s", 1)
+	release := hold(t, p, 1) // the worker is busy
+	defer release()
+	require.NoError(t, s.Submit(func() { t.Error("a dropped task ran") })) // waits: the queue is full
+	var dropped []func()
+	var inCaller bool
+	done := make(chan error)
+	go func() {
+		done <- s.Submit(func() { inCaller = true; dropped = s.Stop() })
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a caller-run task that stops its sub-pool is still blocked after 10s")
+	}
+	assert.True(t, inCaller, "the task ran in its submitter")
+	assert.Len(t, dropped, 1, "Stop returned the task that waited")
+	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+	st := s.Status()
+	assert.Equal(t, uint64(2), st.Submitted)
+	assert.Equal(t, uint64(1), st.Completed, "the caller-run task")
+	assert.Equal(t, uint64(1), st.Abandoned)
+}
+
+// Submitters race a sub-pool's Stop on the real scheduler: every task
+// accepted either runs once or comes back from Stop, none runs after Stop
+// returned, and the pool and the other sub-pool go on.
+func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
+	for round := range 20 {
+		p := workerpool.New(4)
+		a, b := p.Subpool("a", 2), p.Subpool("b", 2)
+		var ran, accepted, afterStop, waitsStopped atomic.Int64
+		var stopped atomic.Bool
+		task := func() {
+			if stopped.Load() {
+				afterStop.Add(1)
+			}
+			ran.Add(1)
+		}
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					var err error
+					switch j % 3 {
+					case 0:
+						err = a.Submit(task)
+					case 1:
+						err = a.SubmitKey(fmt.Sprint("k", i%2), task)
+					default:
+						err = a.SubmitWait(task)
+						if errors.Is(err, workerpool.ErrStopped) {
+							waitsStopped.Add(1) // refused, or dropped and not returned
+						}
+					}
+					if errors.Is(err, workerpool.ErrStopped) {
+						return
+					}
+					require.NoError(t, err)
+					accepted.Add(1)
+					runtime.Gosched()
+				}
+			})
+		}
+		for range 100 {
+			require.NoError(t, b.Submit(func() {}))
+		}
+		time.Sleep(time.Millisecond)
+		returned := a.Stop()
+		stopped.Store(true)
+		wg.Wait()
+		for _, f := range returned {
+			f()
+		}
+		require.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, int64(len(returned)), afterStop.Load(), "round %d: no task ran after Stop returned, but those it returned", round)
+		assert.Equal(t, accepted.Load(), ran.Load(), "round %d: every accepted task ran once, on a worker or from Stop", round)
+		st := a.Status()
+		dropped := int64(st.Abandoned) - int64(len(returned))
+		assert.True(t, dropped >= 0 && dropped <= waitsStopped.Load(),
+			"round %d: Abandoned %d: the %d tasks Stop returned and at most the %d SubmitWaits that got ErrStopped", round, st.Abandoned, len(returned), waitsStopped.Load())
+		assert.Equal(t, st.Submitted, st.Completed+st.Abandoned, "round %d: %+v", round, st)
+		assert.Equal(t, uint64(100), b.Status().Completed, "round %d: b went on", round)
+	}
+}
+
+// A keyed or sub-pool task that panics or calls runtime.Goexit frees its
+// key and its place under the sub-pool's limit like any other: the next
+// task with its key runs, and the sub-pool's Status counts it.
+func TestAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+		s := p.Subpool("s", 1)
+		var mu sync.Mutex
+		var order []string
+		note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+		for _, to := range []workerpool.Submitter{p, s} {
+			k := fmt.Sprintf("%T", to)
+			require.NoError(t, to.SubmitKey(k, func() { note(k + " panics"); panic("boom") }))
+			require.NoError(t, to.SubmitKey(k, func() { note(k + " exits"); runtime.Goexit() }))
+			require.NoError(t, to.SubmitKey(k, func() { note(k + " runs") }))
+		}
+		require.NoError(t, s.Submit(func() { panic("unkeyed") }))
+		require.NoError(t, s.Submit(func() { runtime.Goexit() }))
+		require.NoError(t, s.SubmitWait(func() {}), "the sub-pool's one place is free again")
+		p.StopWait()
+		for _, k := range []string{"*workerpool.Pool", "*workerpool.Subpool"} {
+			i := index(order, k+" panics")
+			require.GreaterOrEqual(t, i, 0, order)
+			assert.Less(t, i, index(order, k+" exits"))
+			assert.Less(t, index(order, k+" exits"), index(order, k+" runs"))
+		}
+		st := s.Status()
+		assert.Equal(t, uint64(6), st.Completed)
+		assert.Equal(t, uint64(2), st.Panicked)
+		assert.Zero(t, st.Busy)
+		assert.Equal(t, uint64(3), p.Status().Panicked, "the pool counts every panic")
+	})
+}
