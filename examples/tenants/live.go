@@ -121,36 +121,42 @@ func (m *monitor) show() {
 // the time each phase took, and when the flood's last task ended.
 func summary(out io.Writer, cfg config, res []result) {
 	ts := tenants(cfg)
-	fmt.Fprintf(out, "\n%d workers; load, in each phase:\n", cfg.workers)
+	var b strings.Builder
+	line := func(s string) { b.WriteString(strings.TrimRight(s, " ") + "\n") }
+	line(fmt.Sprintf("\n%d workers; load, in each phase:", cfg.workers))
 	for _, t := range ts {
-		fmt.Fprintf(out, "  %-12s %s\n", t.name, t.describe())
+		line(fmt.Sprintf("  %-12s %s", t.name, t.describe()))
 	}
-	fmt.Fprintf(out, "\nwait, submission to start")
+	head := fmt.Sprintf("\n%-25s", "wait, submission to start")
+	cols := fmt.Sprintf("%-14s %10s", "tenant", "tasks")
+	took := fmt.Sprintf("%-25s", "phase took")
+	last := fmt.Sprintf("%-25s", ts[0].name+"'s last task ended")
 	for _, r := range res {
-		fmt.Fprintf(out, "  %-28s", r.title)
-	}
-	fmt.Fprintf(out, "\n%-14s %10s", "tenant", "tasks")
-	for range res {
-		fmt.Fprintf(out, "  %8s %8s %9s ", "p50", "p99", "max")
-	}
-	fmt.Fprintln(out)
-	for i, t := range ts {
-		fmt.Fprintf(out, "%-14s %10d", t.name, res[0].tenants[i].ran)
-		for _, r := range res {
-			w := r.tenants[i].waits
-			fmt.Fprintf(out, "  %8s %8s %9s ", ms(percentile(w, 0.50)), ms(percentile(w, 0.99)), ms(percentile(w, 1)))
+		head += fmt.Sprintf("   %-26s", r.title)
+		cols += fmt.Sprintf("   %8s %8s %8s", "p50", "p99", "max")
+		took += fmt.Sprintf("   %8s %17s", ms(r.elapsed), "")
+		end := "-"
+		if r.tenants[0].ran > 0 {
+			end = ms(r.tenants[0].lastEnd)
 		}
-		fmt.Fprintln(out)
+		last += fmt.Sprintf("   %8s %17s", end, "")
 	}
-	fmt.Fprintf(out, "%-25s", "phase took")
-	for _, r := range res {
-		fmt.Fprintf(out, "  %-28s", ms(r.elapsed))
+	line(head)
+	line(cols)
+	for i, t := range ts {
+		row := fmt.Sprintf("%-14s %10d", t.name, res[0].tenants[i].ran)
+		for _, r := range res {
+			q := []string{"-", "-", "-"}
+			if w := r.tenants[i].waits; len(w) > 0 {
+				q = []string{ms(percentile(w, 0.50)), ms(percentile(w, 0.99)), ms(percentile(w, 1))}
+			}
+			row += fmt.Sprintf("   %8s %8s %8s", q[0], q[1], q[2])
+		}
+		line(row)
 	}
-	fmt.Fprintf(out, "\n%-25s", ts[0].name+"'s last task ended")
-	for _, r := range res {
-		fmt.Fprintf(out, "  %-28s", ms(r.tenants[0].lastEnd))
-	}
-	fmt.Fprintln(out)
+	line(took)
+	line(last)
+	io.WriteString(out, b.String())
 }
 
 // ms formats d for a table: in milliseconds below a second, with three
