@@ -24,6 +24,9 @@ const soakTime = time.Second
 // A soakTask is the record of one submission in the soak test.
 type soakTask struct {
 	method   submitMethod
+	target   int    // 0 the pool, 1 and 2 its sub-pools
+	key      string // for viaSubmitKey
+	seq      int    // its place among its submitter's submissions
 	panics   bool
 	runs     atomic.Int32
 	err      error // what the submission returned; written by its submitter
@@ -32,12 +35,15 @@ type soakTask struct {
 }
 
 // TestSoakEveryTaskRunsOnceUnderRandomControl has many submitters, using
-// every way to submit, hammer one pool with tasks that return, yield, sleep,
+// every way to submit, to the pool and to two sub-pools, with and without
+// keys, hammer one pool with tasks that return, yield, sleep,
 // panic or call runtime.Goexit, while a controller resizes and pauses the
 // pool at random and finally stops it, mid-stream. On the real scheduler and
 // clock, with the race detector in CI, it checks that nothing is lost or run
-// twice, that the counts add up, and that no goroutine is left. The random
-// seed is logged; each case stops the pool in a different way.
+// twice, that the counts add up, that no sub-pool runs more than its limit,
+// that tasks with the same key never overlap and start in the order each
+// submitter submitted them, and that no goroutine is left. The random seed
+// is logged; each case stops the pool in a different way.
 func TestSoakEveryTaskRunsOnceUnderRandomControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a soak test: it runs for seconds")
@@ -78,10 +84,17 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 		workerpool.WithPanicHandler(func(*workerpool.PanicError) { handled.Add(1) }),
 	}, opts...)
 	p := workerpool.New(4, opts...)
+	limits := [3]int64{0, 2, 3}
+	targets := [3]workerpool.Submitter{p, p.Subpool("a", int(limits[1])), p.Subpool("b", int(limits[2]))}
+	var subRunning, subPeak [3]atomic.Int64
+	var keyMu sync.Mutex
+	keyRunning := map[[2]any]int{}  // tasks running per target and key
+	lastStarted := map[[3]any]int{} // the last seq started per submitter, target and key
+	var keyViolations atomic.Int64
 
 	var running, peak atomic.Int64 // tasks running on workers
 	var identifying atomic.Bool
-	task := func(st *soakTask, r *rand.Rand) func() {
+	task := func(sub int, st *soakTask, r *rand.Rand) func() {
 		kind := r.IntN(20)
 		st.panics = kind == 0
 		return func() {
@@ -95,6 +108,21 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 				defer running.Add(-1)
 				for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
 				}
+				n = subRunning[st.target].Add(1)
+				defer subRunning[st.target].Add(-1)
+				for old := subPeak[st.target].Load(); n > old && !subPeak[st.target].CompareAndSwap(old, n); old = subPeak[st.target].Load() {
+				}
+			}
+			if st.method == viaSubmitKey {
+				k, order := [2]any{st.target, st.key}, [3]any{sub, st.target, st.key}
+				keyMu.Lock()
+				keyRunning[k]++
+				if keyRunning[k] > 1 || lastStarted[order] > st.seq {
+					keyViolations.Add(1)
+				}
+				lastStarted[order] = st.seq
+				keyMu.Unlock()
+				defer func() { keyMu.Lock(); keyRunning[k]--; keyMu.Unlock() }()
 			}
 			switch kind {
 			case 0:
@@ -115,9 +143,12 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 		r := rand.New(rand.NewPCG(seed, uint64(s)))
 		wg.Go(func() {
 			for stopped := false; !stopped; {
-				st := &soakTask{method: submitMethod(r.IntN(5))}
+				st := &soakTask{method: submitMethod(r.IntN(6)), target: r.IntN(3), seq: len(records[s]) + 1}
+				if st.method == viaSubmitKey {
+					st.key = string(rune('a' + r.IntN(4)))
+				}
 				records[s] = append(records[s], st)
-				fn := task(st, rand.New(rand.NewPCG(r.Uint64(), 0)))
+				fn := task(s, st, rand.New(rand.NewPCG(r.Uint64(), 0)))
 				// Each submission runs in its own goroutine only when
 				// the task may end it with Goexit (CallerRuns).
 				done := make(chan struct{})
@@ -125,7 +156,7 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 					defer close(done)
 					normal := false
 					defer func() { st.goexited = !normal }()
-					st.err = submitCall(func() error { return soakSubmit(p, st.method, fn, r) })
+					st.err = submitCall(func() error { return soakSubmit(targets[st.target], st, fn, r) })
 					normal = true
 				}()
 				<-done
@@ -201,6 +232,12 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 	t.Logf("%d submissions, %d accepted, %d ran, %d returned by Stop, %d rejected; peak %d running, %d waiting",
 		total, accepted, ran, len(returned), rejected, peak.Load(), s.PeakWaiting)
 	assert.LessOrEqual(t, peak.Load(), int64(maxSize), "never more tasks on workers than the largest maximum")
+	for i := 1; i < 3; i++ {
+		assert.LessOrEqual(t, subPeak[i].Load(), limits[i], "sub-pool %d ran more than its limit", i)
+		ss := targets[i].(*workerpool.Subpool).Status()
+		assert.Equal(t, ss.Submitted, ss.Completed+ss.Abandoned, "sub-pool %d at rest: %+v", i, ss)
+	}
+	assert.Zero(t, keyViolations.Load(), "tasks with the same key overlapped or started out of order")
 	assert.Equal(t, workerpool.Stopped, s.State)
 	assert.Zero(t, s.Workers)
 	assert.Equal(t, s.Submitted, s.Completed+s.Abandoned, "at rest after stopping: %+v", s)
@@ -212,9 +249,11 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 	assert.Equal(t, uint64(len(returned))+droppedWaiters, s.Abandoned)
 }
 
-// soakSubmit submits fn by method.
-func soakSubmit(p *workerpool.Pool, method submitMethod, fn func(), r *rand.Rand) error {
-	switch method {
+// soakSubmit submits fn to p by st.method.
+func soakSubmit(p workerpool.Submitter, st *soakTask, fn func(), r *rand.Rand) error {
+	switch st.method {
+	case viaSubmitKey:
+		return p.SubmitKey(st.key, fn)
 	case viaSubmit:
 		return p.Submit(fn)
 	case viaSubmitWait:
