@@ -160,6 +160,9 @@ const (
 	pullWait = 500 * time.Millisecond
 	// poolPoll is how often Consume checks whether its pool was stopped.
 	poolPoll = 100 * time.Millisecond
-	// settleTimeout bounds a confirmed ack and a dead-letter publication.
-	settleTimeout = 5 * time.Second
 )
+
+// settleTimeout bounds the wait for an ack's confirmation and for a
+// dead-letter publication. It is a variable so that a test can make it
+// longer than the test.
+var settleTimeout = 5 * time.Second
