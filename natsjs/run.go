@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatchkit/workerpool"
@@ -12,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A run is one call of Consume. Four kinds of goroutine touch it: the
+// A run is one call of Consume. Five kinds of goroutine touch it: the
 // puller (Consume's own goroutine), which takes slots, pulls, registers
 // messages and, at the end, hands back the ones not started; the feeder,
 // which submits them to the pool; the watcher, which sends progress,
-// watches the pool and tells the handlers of a stop; and the pool's
-// workers, which run handlers and settle messages.
+// watches the pool and tells the handlers of a stop; the pool's workers,
+// which run handlers and settle the messages that failed; and the acker,
+// which acks the handled messages and confirms the acks (see ack.go).
 //
 // A stop hands messages back only once no pull is outstanding: the server
 // redelivers a Nak'd message at once, to any pull waiting, and that could be
@@ -74,12 +76,22 @@ type run struct {
 	// while stopping is false, so every Add happens before the Wait that
 	// follows setting stopping.
 	running sync.WaitGroup
+
+	// toAck holds the handled messages that the acker is yet to ack and
+	// confirm; guarded by ackMu. ackWake (buffer 1) tells the acker that
+	// toAck has grown.
+	ackMu   sync.Mutex
+	toAck   []*message
+	ackWake chan struct{}
 }
 
-// A message is one message the run holds.
+// A message is one message the run holds. Its handler gets it as its
+// jetstream.Msg, so that the acker knows which messages the handler
+// settled itself (see ack.go).
 type message struct {
-	msg   jetstream.Msg
-	stage stage // guarded by run.mu
+	jetstream.Msg
+	stage   stage       // guarded by run.mu
+	settled atomic.Bool // the handler acked, nak'd or terminated it
 }
 
 // stage is where a held message is.
@@ -99,6 +111,7 @@ func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h 
 		slots:      make(chan struct{}, cfg.maxInFlight),
 		queue:      make(chan *message, cfg.maxInFlight),
 		held:       make(map[*message]struct{}),
+		ackWake:    make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.handlerCtx, r.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
@@ -118,6 +131,12 @@ func (r *run) run() error {
 		defer close(feederDone)
 		r.feed()
 	}()
+	ackerDone := make(chan struct{})
+	ackerExit := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		r.ackLoop(ackerExit)
+	}()
 
 	r.pull()
 
@@ -129,8 +148,11 @@ func (r *run) run() error {
 	close(r.queue)
 	<-feederDone
 	r.running.Wait()
-	// Every handler has settled its message: nothing needs progress now.
+	// Every handler has settled its message and the acker confirmed every
+	// ack: nothing needs progress or confirming now.
+	close(ackerExit)
 	close(watcherExit)
+	<-ackerDone
 	<-watcherDone
 	r.cancel()
 
@@ -252,7 +274,7 @@ func (r *run) fatal(err error) bool {
 // register takes charge of a message a pull brought, in the slot taken for
 // it: it holds it and hands it to the feeder, unless the run is stopping.
 func (r *run) register(msg jetstream.Msg) {
-	m := &message{msg: msg}
+	m := &message{Msg: msg}
 	r.mu.Lock()
 	r.held[m] = struct{}{}
 	stopping := r.stopping
@@ -343,7 +365,7 @@ func (r *run) heldMsgs(buf []jetstream.Msg) []jetstream.Msg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for m := range r.held {
-		buf = append(buf, m.msg)
+		buf = append(buf, m.Msg)
 	}
 	return buf
 }
@@ -379,6 +401,6 @@ func (r *run) handBackWaiting() {
 // handBack returns a message that is no longer held to the server for
 // immediate redelivery, and gives its slot back.
 func (r *run) handBack(m *message) {
-	_ = m.msg.Nak() // if lost, the server redelivers after AckWait
+	_ = m.Msg.Nak() // if lost, the server redelivers after AckWait
 	r.releaseSlots(1)
 }
