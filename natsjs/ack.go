@@ -20,16 +20,42 @@ import (
 // round trip per batch instead of one per message.
 //
 // A batch is whatever was handled while the previous one was being
-// confirmed: under load, batches grow until one round trip confirms every
-// message a pool handles meanwhile; when messages are few, each is
-// confirmed as soon as it is handled.
+// confirmed, once it counts ackAt messages: under load, batches grow until
+// one round trip confirms every message a pool handles meanwhile. A batch
+// does not wait for ackAt messages when no message waits for a worker (the
+// slots are needed), when the watcher polls, or once the stop has begun.
 
 // queueAck hands m, whose handler returned nil, to the acker. Its stay, and
 // its count in running, end once the acker has confirmed its ack.
 func (r *run) queueAck(m *message) {
 	r.ackMu.Lock()
 	r.toAck = append(r.toAck, m)
+	due := len(r.toAck) >= r.ackAt
 	r.ackMu.Unlock()
+	if due || r.waiting.Load() == 0 {
+		r.wakeAcker()
+	}
+}
+
+// ackNow has the acker ack and confirm every queued message, however few.
+func (r *run) ackNow() {
+	r.ackMu.Lock()
+	r.ackAll = len(r.toAck) > 0
+	r.ackMu.Unlock()
+	r.wakeAcker()
+}
+
+// starving tells the puller and the acker that no message waits for a
+// worker any more: they stop waiting for batches.
+func (r *run) starving() {
+	select {
+	case r.pullNow <- struct{}{}:
+	default: // the puller is already due to look
+	}
+	r.wakeAcker()
+}
+
+func (r *run) wakeAcker() {
 	select {
 	case r.ackWake <- struct{}{}:
 	default: // the acker is already due to look
@@ -48,11 +74,15 @@ func (r *run) ackLoop(exit <-chan struct{}) {
 			return
 		}
 		r.ackMu.Lock()
-		batch, r.toAck = r.toAck, batch[:0]
+		if r.ackAll || len(r.toAck) >= r.ackAt || r.waiting.Load() == 0 {
+			batch, r.toAck = r.toAck, batch
+			r.ackAll = false
+		}
 		r.ackMu.Unlock()
 		if len(batch) > 0 {
 			r.ackBatch(batch)
 			clear(batch) // let the settled messages go
+			batch = batch[:0]
 		}
 	}
 }

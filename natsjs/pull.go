@@ -51,7 +51,8 @@ func (r *run) pull() {
 }
 
 // takeSlots waits for a free slot, then takes every other free one up to a
-// batch. It returns how many it took, or 0 if r.ctx is done.
+// batch; while messages wait for the workers, it waits for pullAt free
+// slots. It returns how many it took, or 0 if r.ctx is done.
 func (r *run) takeSlots() int {
 	select {
 	case <-r.ctx.Done():
@@ -68,8 +69,21 @@ func (r *run) takeSlots() int {
 		select {
 		case r.slots <- struct{}{}:
 			n++
+			continue
 		default:
+		}
+		if n >= r.pullAt || r.waiting.Load() == 0 {
 			return n
+		}
+		// Messages wait for the workers: wait for a bigger batch, unless
+		// they run out first.
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		case <-r.pullNow:
+		case <-r.ctx.Done():
+			r.releaseSlots(n)
+			return 0
 		}
 	}
 	return n
@@ -113,9 +127,10 @@ func (r *run) fatal(err error) bool {
 // register takes charge of a message a pull brought, in the slot taken for
 // it: it holds it and hands it to the feeder, unless the run is stopping.
 func (r *run) register(msg jetstream.Msg) {
-	m := &message{Msg: msg}
+	m := &message{Msg: msg} // waiting
 	r.mu.Lock()
 	r.held[m] = struct{}{}
+	r.waiting.Add(1)
 	stopping := r.stopping
 	r.mu.Unlock()
 	if !stopping {

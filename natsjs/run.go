@@ -29,6 +29,12 @@ type run struct {
 	cfg        config
 	maxDeliver int // the consumer's MaxDeliver; 0 or less: no limit
 	maxBatch   int // the most messages one pull asks for
+	// pullAt and ackAt are how many free slots the puller waits for before
+	// it pulls, and how many handled messages the acker waits for before
+	// it acks and confirms them, while messages wait for a worker (see
+	// waiting): batches cost fewer round trips, and fewer wake-ups of an
+	// idle process, which delay its timers (see newRun).
+	pullAt, ackAt int
 
 	// ctx is the run's stop signal: done when Consume's ctx is, or when
 	// the run ends for another reason, which is then in err.
@@ -73,12 +79,20 @@ type run struct {
 	// while stopping is false, so every Add happens before the Wait that
 	// follows setting stopping.
 	running sync.WaitGroup
+	// waiting counts the held messages in stage waiting, which the
+	// workers are yet to start. It changes under mu, with a stage, and is
+	// read without it. When it falls to zero, the workers are about to
+	// run out of messages: the puller and the acker stop waiting for
+	// their batches, and pullNow (buffer 1) tells the puller so.
+	waiting atomic.Int64
+	pullNow chan struct{}
 
 	// toAck holds the handled messages that the acker is yet to ack and
-	// confirm; guarded by ackMu. ackWake (buffer 1) tells the acker that
-	// toAck has grown.
+	// confirm, and ackAll says to take them all, whatever ackAt says;
+	// both guarded by ackMu. ackWake (buffer 1) tells the acker to look.
 	ackMu   sync.Mutex
 	toAck   []*message
+	ackAll  bool
 	ackWake chan struct{}
 }
 
@@ -101,13 +115,28 @@ const (
 )
 
 func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h Handler, cfg config, maxDeliver, maxBatch int) *run {
+	// The slots beyond the pool's workers let messages wait for a worker
+	// while others are pulled or confirmed. Waiting for half of them to be
+	// free, or handled, before pulling, or confirming, leaves the other
+	// half waiting for the workers meanwhile, and saves round trips: CPU,
+	// and wake-ups of a process that would otherwise be idle. Those delay
+	// its timers, a handler's time.Sleep among them: an idle Go process
+	// waits for its next timer in coarse steps, counted from the last
+	// wake-up. Acks wait for at most half the pool's size, so that a
+	// handled message is acked soon even when WithMaxInFlight is large,
+	// and the watcher has them confirmed at its next poll whatever their
+	// number.
+	spare := cfg.maxInFlight - p.Size()
 	r := &run{
 		p: p, cons: cons, h: h, cfg: cfg,
 		maxDeliver: maxDeliver,
 		maxBatch:   maxBatch,
+		pullAt:     max(1, min(spare/2, maxBatch)),
+		ackAt:      max(1, min(spare, p.Size())/2),
 		slots:      make(chan struct{}, cfg.maxInFlight),
 		queue:      make(chan *message, cfg.maxInFlight),
 		held:       make(map[*message]struct{}),
+		pullNow:    make(chan struct{}, 1),
 		ackWake:    make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
@@ -193,6 +222,8 @@ func (r *run) watch(exit <-chan struct{}) {
 			if r.p.Stopped() {
 				r.end(workerpool.ErrStopped)
 			}
+			// Handled messages wait for a batch at most until now.
+			r.ackNow()
 		case <-stop:
 			// No handler may start from now on, while the puller waits
 			// for its last pull; only then are the handlers told.
@@ -232,11 +263,14 @@ func (r *run) handBackWaiting() {
 	for m := range r.held {
 		if m.stage == waiting {
 			m.stage = handedBack
+			r.waiting.Add(-1)
 			delete(r.held, m)
 			back = append(back, m)
 		}
 	}
 	r.mu.Unlock()
+	// No message waits now, nor will: the acker acks whatever comes.
+	r.ackNow()
 	for _, m := range back {
 		r.handBack(m)
 	}

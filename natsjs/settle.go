@@ -26,6 +26,9 @@ func (r *run) runTask(m *message) {
 		return
 	}
 	m.stage = started
+	if r.waiting.Add(-1) == 0 {
+		r.starving()
+	}
 	r.running.Add(1)
 	r.mu.Unlock()
 
@@ -103,6 +106,7 @@ func (r *run) leaveToStop(m *message) bool {
 		return false
 	}
 	m.stage = waiting
+	r.waiting.Add(1)
 	return true
 }
 
