@@ -37,9 +37,13 @@ import (
 //   - Messages: the loop, with Messages' default buffer of 500 messages,
 //     acking with Ack, which does not wait for the server;
 //   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
-//     the closest it comes to Consume's bound;
+//     holding up to 3n with the goroutines' own;
 //   - Messages2nPool: that loop, each goroutine running its jobs on a pool
-//     of n with SubmitWait: what the pool's hand-offs cost it.
+//     of n with SubmitWait: what the pool's hand-offs cost it;
+//   - MessagesConfirmed: the loop with Consume's guarantee, a buffer of n
+//     messages and DoubleAck, each goroutine holding its message until the
+//     server confirms its ack: at most 2n held, all unconfirmed acks among
+//     them.
 func BenchmarkLoopback(b *testing.B) {
 	works := []struct {
 		name string
@@ -50,7 +54,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool"} {
+			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -105,10 +109,13 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 				b.Error(err)
 			}
 		})
-	case "Messages", "Messages2n", "Messages2nPool":
+	case "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed":
 		var opts []jetstream.PullMessagesOpt
-		if impl != "Messages" {
+		switch impl {
+		case "Messages2n", "Messages2nPool":
 			opts = append(opts, jetstream.PullMaxMessages(2*n))
+		case "MessagesConfirmed":
+			opts = append(opts, jetstream.PullMaxMessages(n))
 		}
 		it, err := cons.Messages(opts...)
 		require.NoError(b, err)
@@ -130,7 +137,11 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 						work()
 						count()
 					})
-					_ = msg.Ack()
+					if impl == "MessagesConfirmed" {
+						_ = msg.DoubleAck(context.Background())
+					} else {
+						_ = msg.Ack()
+					}
 				}
 			})
 		}
