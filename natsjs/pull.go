@@ -125,17 +125,37 @@ func (r *run) fatal(err error) bool {
 }
 
 // register takes charge of a message a pull brought, in the slot taken for
-// it: it holds it and hands it to the feeder, unless the run is stopping.
+// it: it holds it and submits it to the pool, unless the run is stopping.
+// It submits it itself if the feeder has nothing to submit and the pool
+// takes the task without waiting; otherwise it hands it to the feeder.
+// Without the direct path every message costs two more goroutine switches,
+// to the feeder and back; without the feeder a pool whose bounded queue
+// blocks would stop the puller from registering what its pull brings.
 func (r *run) register(msg jetstream.Msg) {
 	m := &message{Msg: msg} // waiting
+	m.task = func() { r.runTask(m) }
 	r.mu.Lock()
 	r.held[m] = struct{}{}
 	r.waiting.Add(1)
 	stopping := r.stopping
 	r.mu.Unlock()
-	if !stopping {
-		r.queue <- m // never blocks: see queue
+	if stopping {
+		return // the puller hands m back
 	}
+	// Only the puller adds to feeding, so if it is 0 every earlier message
+	// was submitted already, and m keeps its place in line.
+	if r.feeding.Load() == 0 {
+		switch err := r.p.TrySubmit(m.task); {
+		case err == nil:
+			return
+		case errors.Is(err, workerpool.ErrStopped):
+			r.end(workerpool.ErrStopped)
+			return // m waits for the stop to hand it back
+		}
+		// The bounded queue is full: the feeder waits for room.
+	}
+	r.feeding.Add(1)
+	r.queue <- m // never blocks: see queue
 }
 
 // feed submits the registered messages to the pool, in the order they
@@ -143,6 +163,7 @@ func (r *run) register(msg jetstream.Msg) {
 func (r *run) feed() {
 	for m := range r.queue {
 		r.submit(m)
+		r.feeding.Add(-1)
 	}
 }
 
@@ -150,7 +171,6 @@ func (r *run) feed() {
 // stays held, waiting, until the stop hands it back; if the pool is
 // stopped, it ends the run.
 func (r *run) submit(m *message) {
-	task := func() { r.runTask(m) }
 	var pause time.Duration // while the pool's bounded queue rejects
 	for {
 		r.mu.Lock()
@@ -159,7 +179,7 @@ func (r *run) submit(m *message) {
 		if stopping {
 			return
 		}
-		err := r.p.SubmitCtx(r.ctx, task)
+		err := r.p.SubmitCtx(r.ctx, m.task)
 		switch {
 		case err == nil:
 			return

@@ -12,11 +12,12 @@ import (
 
 // A run is one call of Consume. Five kinds of goroutine touch it: the
 // puller (Consume's own goroutine), which takes slots, pulls, registers
-// messages and, at the end, hands back the ones not started; the feeder,
-// which submits them to the pool; the watcher, which sends progress,
-// watches the pool and tells the handlers of a stop; the pool's workers,
-// which run handlers and settle the messages that failed; and the acker,
-// which acks the handled messages and confirms the acks (see ack.go).
+// messages, submits them to the pool when that takes no waiting and, at
+// the end, hands back the ones not started; the feeder, which submits the
+// others; the watcher, which sends progress, watches the pool and tells the
+// handlers of a stop; the pool's workers, which run handlers and settle the
+// messages that failed; and the acker, which acks the handled messages and
+// confirms the acks (see ack.go).
 //
 // A stop hands messages back only once no pull is outstanding: the server
 // redelivers a Nak'd message at once, to any pull waiting, and that could be
@@ -59,6 +60,9 @@ type run struct {
 	// queue blocks the feeder, while the puller goes on registering the
 	// messages that arrive, so that they get their progress messages.
 	queue chan *message
+	// feeding counts the messages sent on queue that the feeder has not
+	// finished submitting: the puller adds, the feeder subtracts.
+	feeding atomic.Int64
 
 	mu sync.Mutex
 	// held is every message taken and not yet settled or handed back, with
@@ -101,6 +105,7 @@ type run struct {
 // settled itself (see ack.go).
 type message struct {
 	jetstream.Msg
+	task    func()      // its task on the pool: runTask(m)
 	stage   stage       // guarded by run.mu
 	settled atomic.Bool // the handler acked, nak'd or terminated it
 }
