@@ -22,8 +22,10 @@ import (
 // -benchtime (such as 20000x) so that all consume the same number, and
 // interleave the runs:
 //
-//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench Loopback -benchtime 20000x; done > bench.txt
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Consume|Consume500|Messages|MessagesConfirmed)$' -benchtime 20000x; done > bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
+//
+// (-bench Loopback runs every implementation below.)
 //
 // The work is either nothing ("none", which shows the adapter's cost per
 // job at its worst) or 1ms asleep ("sleep1ms", a job that waits on I/O).
@@ -34,8 +36,9 @@ import (
 // The implementations:
 //   - Consume: natsjs.Consume with its default bound, 2n messages held;
 //   - Consume500: natsjs.Consume holding up to 500, as Messages does;
-//   - Messages: the loop, with Messages' default buffer of 500 messages,
-//     acking with Ack, which does not wait for the server;
+//   - Messages: the peer, the plain loop, with Messages' default
+//     buffer of 500 messages, acking with Ack, which does not wait for the
+//     server;
 //   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
 //     holding up to 3n with the goroutines' own;
 //   - Messages2nPool: that loop, each goroutine running its jobs on a pool
