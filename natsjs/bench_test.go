@@ -22,21 +22,31 @@ import (
 // -benchtime (such as 20000x) so that all consume the same number, and
 // interleave the runs:
 //
-//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench Loopback -benchtime 20000x; done > bench.txt
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Consume|Consume500|Messages|MessagesConfirmed)$' -benchtime 20000x; done > bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
+//
+// (-bench Loopback runs every implementation below.)
 //
 // The work is either nothing ("none", which shows the adapter's cost per
 // job at its worst) or 1ms asleep ("sleep1ms", a job that waits on I/O).
+// Besides jobs/s, it reports cpu-ns/job: the CPU time, user and system, of
+// the whole process (the embedded server's included) per job, which moves
+// less than jobs/s when other processes compete for the cores.
 //
 // The implementations:
 //   - Consume: natsjs.Consume with its default bound, 2n messages held;
 //   - Consume500: natsjs.Consume holding up to 500, as Messages does;
-//   - Messages: the loop, with Messages' default buffer of 500 messages,
-//     acking with Ack, which does not wait for the server;
+//   - Messages: the peer, the plain loop, with Messages' default
+//     buffer of 500 messages, acking with Ack, which does not wait for the
+//     server;
 //   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
-//     the closest it comes to Consume's bound;
+//     holding up to 3n with the goroutines' own;
 //   - Messages2nPool: that loop, each goroutine running its jobs on a pool
-//     of n with SubmitWait: what the pool's hand-offs cost it.
+//     of n with SubmitWait: what the pool's hand-offs cost it;
+//   - MessagesConfirmed: the loop with Consume's guarantee, a buffer of n
+//     messages and DoubleAck, each goroutine holding its message until the
+//     server confirms its ack: at most 2n held, all unconfirmed acks among
+//     them.
 func BenchmarkLoopback(b *testing.B) {
 	works := []struct {
 		name string
@@ -47,7 +57,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool"} {
+			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -81,7 +91,7 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	var stop func() // ends the consumers' goroutines
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, startCPU := time.Now(), cpuTime()
 	switch impl {
 	case "Consume", "Consume500":
 		var opts []natsjs.Option
@@ -102,10 +112,13 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 				b.Error(err)
 			}
 		})
-	case "Messages", "Messages2n", "Messages2nPool":
+	case "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed":
 		var opts []jetstream.PullMessagesOpt
-		if impl != "Messages" {
+		switch impl {
+		case "Messages2n", "Messages2nPool":
 			opts = append(opts, jetstream.PullMaxMessages(2*n))
+		case "MessagesConfirmed":
+			opts = append(opts, jetstream.PullMaxMessages(n))
 		}
 		it, err := cons.Messages(opts...)
 		require.NoError(b, err)
@@ -127,7 +140,11 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 						work()
 						count()
 					})
-					_ = msg.Ack()
+					if impl == "MessagesConfirmed" {
+						_ = msg.DoubleAck(context.Background())
+					} else {
+						_ = msg.Ack()
+					}
 				}
 			})
 		}
@@ -137,9 +154,12 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	case <-time.After(5 * time.Minute):
 		b.Fatal("jobs not all handled")
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime()-startCPU
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/job")
+	}
 	stop()
 	wg.Wait()
 }

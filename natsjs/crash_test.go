@@ -37,7 +37,7 @@ const (
 
 func TestACrashedProcessLosesNothingAndDuplicatesAtMostItsInFlightBound(t *testing.T) {
 	if url := os.Getenv(crashURLEnv); url != "" {
-		crashWorker(t, url, os.Getenv(crashRecordEnv))
+		crashWorker(t, url, os.Getenv(crashRecordEnv), crashWorkers, crashInFlight, 10*time.Millisecond)
 		return
 	}
 	s := startServer(t)
@@ -48,18 +48,8 @@ func TestACrashedProcessLosesNothingAndDuplicatesAtMostItsInFlightBound(t *testi
 	dir := t.TempDir()
 	start := func(name string) (*exec.Cmd, string, *bytes.Buffer) {
 		record := filepath.Join(dir, name)
-		var out bytes.Buffer
-		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=2m")
-		cmd.Env = append(os.Environ(), crashURLEnv+"="+s.ClientURL(), crashRecordEnv+"="+record)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		})
-		return cmd, record, &out
+		cmd, out := startWorkerProcess(t, s.ClientURL(), record)
+		return cmd, record, out
 	}
 	victim, victimRecord, _ := start("victim")
 	survivor, survivorRecord, survivorOut := start("survivor")
@@ -109,9 +99,30 @@ func TestACrashedProcessLosesNothingAndDuplicatesAtMostItsInFlightBound(t *testi
 		killedAfter, len(survivorJobs), redelivered, duplicates)
 }
 
-// crashWorker is a worker process of the crash test: it consumes the jobs
-// until SIGTERM, recording each job it handled in record.
-func crashWorker(t *testing.T, url, record string) {
+// startWorkerProcess runs the test binary again as a worker process of the
+// running test, which connects to url and records its jobs in record. The
+// process is killed at the end of the test if it is still running.
+func startWorkerProcess(t *testing.T, url, record string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), crashURLEnv+"="+url, crashRecordEnv+"="+record)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, &out
+}
+
+// crashWorker is a worker process of a crash test: it consumes the jobs
+// until SIGTERM on a pool of workers, holding at most inFlight messages,
+// recording each job it handled in record, each job taking jobTime after
+// its record.
+func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTime time.Duration) {
 	nc, err := nats.Connect(url, nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -125,7 +136,7 @@ func crashWorker(t *testing.T, url, record string) {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
-	p := workerpool.New(crashWorkers)
+	p := workerpool.New(workers)
 	defer p.StopWait()
 	err = natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		md, err := msg.Metadata()
@@ -138,9 +149,9 @@ func crashWorker(t *testing.T, url, record string) {
 			return err
 		}
 		// The rest of the job's work: a kill now repeats a recorded job.
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(jobTime)
 		return nil
-	}, natsjs.WithMaxInFlight(crashInFlight))
+	}, natsjs.WithMaxInFlight(inFlight))
 	require.NoError(t, err)
 }
 

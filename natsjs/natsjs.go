@@ -23,16 +23,23 @@
 // connection while it holds it, so handlers should be idempotent, keyed for
 // example on the Nats-Msg-Id header or on the message's stream sequence.
 //
-// A message stays held, in its slot, until the server has confirmed its ack
-// (the worker is free as soon as the handler returns), so the server knows
-// of every message a process handled except those it holds. A process
-// that dies therefore leaves at most [WithMaxInFlight] messages that were
-// handled, or partly handled, and will be handled again; the others it held
-// come back untouched. So does a process that loses its connection for
-// longer than AckWait: the messages it held go to others, and it may still
-// finish them. Both bounds assume the process sent its progress messages in
-// time (see [WithProgressInterval]): a process too starved of CPU to do so
-// for most of an AckWait may have any message it holds redelivered.
+// A message stays held, in its slot, until the server has confirmed that
+// it processed its ack (the worker is free as soon as the handler returns).
+// Consume acks the messages handled meanwhile in a batch and asks the
+// server to confirm the batch's last ack only: the server processes one
+// connection's acks to one consumer in the order they were sent, so its
+// answer confirms the whole batch. The server therefore knows of every
+// message a process handled except those it holds. A process that dies
+// leaves at most [WithMaxInFlight] messages that were handled, or partly
+// handled, and will be handled again; the others it held come back
+// untouched. So does a process that loses its connection for longer than
+// AckWait: the messages it held go to others, and it may still finish them.
+// Both bounds assume the process sent its progress messages in time (see
+// [WithProgressInterval]): a process too starved of CPU to do so for most
+// of an AckWait may have any message it holds redelivered. A confirmation
+// that fails, because the connection was lost or the server did not answer
+// within five seconds, gives its batch's slots back: the server redelivers,
+// after AckWait, any of the batch's messages whose ack it did not get.
 //
 // # Flow control
 //
@@ -79,7 +86,9 @@ import (
 // A handler that returns an error once ctx is done has its message handed
 // back at once, without the backoff.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
-// nil, and Consume's own settling has no effect.
+// nil, and Consume's own settling has no effect. Consume confirms the
+// handler's settling with its batch of acks (see Delivery in the package
+// doc), unless Consume has nothing of its own to ack in that batch.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
 // Consume runs h on cons's messages as tasks of p until ctx is done, then
@@ -160,6 +169,9 @@ const (
 	pullWait = 500 * time.Millisecond
 	// poolPoll is how often Consume checks whether its pool was stopped.
 	poolPoll = 100 * time.Millisecond
-	// settleTimeout bounds a confirmed ack and a dead-letter publication.
-	settleTimeout = 5 * time.Second
 )
+
+// settleTimeout bounds the wait for an ack's confirmation and for a
+// dead-letter publication. It is a variable so that a test can make it
+// longer than the test.
+var settleTimeout = 5 * time.Second

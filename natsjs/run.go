@@ -2,22 +2,22 @@ package natsjs
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatchkit/workerpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A run is one call of Consume. Four kinds of goroutine touch it: the
+// A run is one call of Consume. Five kinds of goroutine touch it: the
 // puller (Consume's own goroutine), which takes slots, pulls, registers
-// messages and, at the end, hands back the ones not started; the feeder,
-// which submits them to the pool; the watcher, which sends progress,
-// watches the pool and tells the handlers of a stop; and the pool's
-// workers, which run handlers and settle messages.
+// messages, submits them to the pool when that takes no waiting and, at
+// the end, hands back the ones not started; the feeder, which submits the
+// others; the watcher, which sends progress, watches the pool and tells the
+// handlers of a stop; the pool's workers, which run handlers and settle the
+// messages that failed; and the acker, which acks the handled messages and
+// confirms the acks (see ack.go).
 //
 // A stop hands messages back only once no pull is outstanding: the server
 // redelivers a Nak'd message at once, to any pull waiting, and that could be
@@ -30,6 +30,12 @@ type run struct {
 	cfg        config
 	maxDeliver int // the consumer's MaxDeliver; 0 or less: no limit
 	maxBatch   int // the most messages one pull asks for
+	// pullAt and ackAt are how many free slots the puller waits for before
+	// it pulls, and how many handled messages the acker waits for before
+	// it acks and confirms them, while messages wait for a worker (see
+	// waiting): batches cost fewer round trips, and fewer wake-ups of an
+	// idle process, which delay its timers (see newRun).
+	pullAt, ackAt int
 
 	// ctx is the run's stop signal: done when Consume's ctx is, or when
 	// the run ends for another reason, which is then in err.
@@ -54,6 +60,9 @@ type run struct {
 	// queue blocks the feeder, while the puller goes on registering the
 	// messages that arrive, so that they get their progress messages.
 	queue chan *message
+	// feeding counts the messages sent on queue that the feeder has not
+	// finished submitting: the puller adds, the feeder subtracts.
+	feeding atomic.Int64
 
 	mu sync.Mutex
 	// held is every message taken and not yet settled or handed back, with
@@ -74,12 +83,31 @@ type run struct {
 	// while stopping is false, so every Add happens before the Wait that
 	// follows setting stopping.
 	running sync.WaitGroup
+	// waiting counts the held messages in stage waiting, which the
+	// workers are yet to start. It changes under mu, with a stage, and is
+	// read without it. When it falls to zero, the workers are about to
+	// run out of messages: the puller and the acker stop waiting for
+	// their batches, and pullNow (buffer 1) tells the puller so.
+	waiting atomic.Int64
+	pullNow chan struct{}
+
+	// toAck holds the handled messages that the acker is yet to ack and
+	// confirm, and ackAll says to take them all, whatever ackAt says;
+	// both guarded by ackMu. ackWake (buffer 1) tells the acker to look.
+	ackMu   sync.Mutex
+	toAck   []*message
+	ackAll  bool
+	ackWake chan struct{}
 }
 
-// A message is one message the run holds.
+// A message is one message the run holds. Its handler gets it as its
+// jetstream.Msg, so that the acker knows which messages the handler
+// settled itself (see ack.go).
 type message struct {
-	msg   jetstream.Msg
-	stage stage // guarded by run.mu
+	jetstream.Msg
+	task    func()      // its task on the pool: runTask(m)
+	stage   stage       // guarded by run.mu
+	settled atomic.Bool // the handler acked, nak'd or terminated it
 }
 
 // stage is where a held message is.
@@ -92,13 +120,29 @@ const (
 )
 
 func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h Handler, cfg config, maxDeliver, maxBatch int) *run {
+	// The slots beyond the pool's workers let messages wait for a worker
+	// while others are pulled or confirmed. Waiting for half of them to be
+	// free, or handled, before pulling, or confirming, leaves the other
+	// half waiting for the workers meanwhile, and saves round trips: CPU,
+	// and wake-ups of a process that would otherwise be idle. Those delay
+	// its timers, a handler's time.Sleep among them: an idle Go process
+	// waits for its next timer in coarse steps, counted from the last
+	// wake-up. Acks wait for at most half the pool's size, so that a
+	// handled message is acked soon even when WithMaxInFlight is large,
+	// and the watcher has them confirmed at its next poll whatever their
+	// number.
+	spare := cfg.maxInFlight - p.Size()
 	r := &run{
 		p: p, cons: cons, h: h, cfg: cfg,
 		maxDeliver: maxDeliver,
 		maxBatch:   maxBatch,
+		pullAt:     max(1, min(spare/2, maxBatch)),
+		ackAt:      max(1, min(spare, p.Size())/2),
 		slots:      make(chan struct{}, cfg.maxInFlight),
 		queue:      make(chan *message, cfg.maxInFlight),
 		held:       make(map[*message]struct{}),
+		pullNow:    make(chan struct{}, 1),
+		ackWake:    make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.handlerCtx, r.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
@@ -118,6 +162,12 @@ func (r *run) run() error {
 		defer close(feederDone)
 		r.feed()
 	}()
+	ackerDone := make(chan struct{})
+	ackerExit := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		r.ackLoop(ackerExit)
+	}()
 
 	r.pull()
 
@@ -129,8 +179,11 @@ func (r *run) run() error {
 	close(r.queue)
 	<-feederDone
 	r.running.Wait()
-	// Every handler has settled its message: nothing needs progress now.
+	// Every handler has settled its message and the acker confirmed every
+	// ack: nothing needs progress or confirming now.
+	close(ackerExit)
 	close(watcherExit)
+	<-ackerDone
 	<-watcherDone
 	r.cancel()
 
@@ -148,159 +201,6 @@ func (r *run) end(err error) {
 	}
 	r.mu.Unlock()
 	r.cancel()
-}
-
-// pull takes slots, pulls as many messages as it took and registers them,
-// until r.ctx is done. It returns once no pull is outstanding.
-func (r *run) pull() {
-	var pause time.Duration // after a failed pull; doubles while they fail
-	for {
-		n := r.takeSlots()
-		if n == 0 {
-			return
-		}
-		batch, err := r.cons.Fetch(n, jetstream.FetchMaxWait(pullWait))
-		if err == nil {
-			// The batch's channel has room for the whole batch, and is
-			// closed when the server ends the pull, so reading it to the
-			// end leaves no message sent to a pull nobody reads.
-			got := 0
-			for msg := range batch.Messages() {
-				got++
-				r.register(msg)
-			}
-			r.releaseSlots(n - got)
-			err = batch.Error()
-		} else {
-			r.releaseSlots(n)
-		}
-		if err == nil || r.ctx.Err() != nil {
-			pause = 0
-			continue
-		}
-		if r.fatal(err) {
-			return
-		}
-		pause = min(max(2*pause, 50*time.Millisecond), 2*time.Second)
-		select {
-		case <-time.After(pause):
-		case <-r.ctx.Done():
-		}
-	}
-}
-
-// takeSlots waits for a free slot, then takes every other free one up to a
-// batch. It returns how many it took, or 0 if r.ctx is done.
-func (r *run) takeSlots() int {
-	select {
-	case <-r.ctx.Done():
-		return 0
-	default:
-	}
-	select {
-	case r.slots <- struct{}{}:
-	case <-r.ctx.Done():
-		return 0
-	}
-	n := 1
-	for n < r.maxBatch {
-		select {
-		case r.slots <- struct{}{}:
-			n++
-		default:
-			return n
-		}
-	}
-	return n
-}
-
-// releaseSlots gives n slots back.
-func (r *run) releaseSlots(n int) {
-	for range n {
-		<-r.slots
-	}
-}
-
-// fatal reports whether a failed pull ends the run, and ends it if so: when
-// the consumer or its stream is gone or the connection is closed. Anything
-// else (a timeout, a server restarting, a leader changing) is worth another
-// pull.
-func (r *run) fatal(err error) bool {
-	switch {
-	case errors.Is(err, jetstream.ErrConsumerDeleted),
-		errors.Is(err, jetstream.ErrConsumerNotFound),
-		errors.Is(err, jetstream.ErrStreamNotFound),
-		errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, nats.ErrBadSubscription):
-	case errors.Is(err, jetstream.ErrBadRequest):
-		// A request the server refuses will be refused again.
-	default:
-		// No responders, among others, is what a pull to a consumer that
-		// no longer exists gets: ask the server whether it does.
-		ctx, cancel := context.WithTimeout(r.ctx, settleTimeout)
-		_, infoErr := r.cons.Info(ctx)
-		cancel()
-		if !errors.Is(infoErr, jetstream.ErrConsumerNotFound) && !errors.Is(infoErr, jetstream.ErrStreamNotFound) {
-			return false
-		}
-		err = infoErr
-	}
-	r.end(fmt.Errorf("natsjs: Consume: pulling from consumer %q: %w", r.cons.CachedInfo().Name, err))
-	return true
-}
-
-// register takes charge of a message a pull brought, in the slot taken for
-// it: it holds it and hands it to the feeder, unless the run is stopping.
-func (r *run) register(msg jetstream.Msg) {
-	m := &message{msg: msg}
-	r.mu.Lock()
-	r.held[m] = struct{}{}
-	stopping := r.stopping
-	r.mu.Unlock()
-	if !stopping {
-		r.queue <- m // never blocks: see queue
-	}
-}
-
-// feed submits the registered messages to the pool, in the order they
-// came, until the puller closes queue.
-func (r *run) feed() {
-	for m := range r.queue {
-		r.submit(m)
-	}
-}
-
-// submit submits m's task to the pool. If the pool does not take it, m
-// stays held, waiting, until the stop hands it back; if the pool is
-// stopped, it ends the run.
-func (r *run) submit(m *message) {
-	task := func() { r.runTask(m) }
-	var pause time.Duration // while the pool's bounded queue rejects
-	for {
-		r.mu.Lock()
-		stopping := r.stopping
-		r.mu.Unlock()
-		if stopping {
-			return
-		}
-		err := r.p.SubmitCtx(r.ctx, task)
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, workerpool.ErrQueueFull):
-			// The pool rejects rather than waits (WithOverflow(Reject)):
-			// wait for room ourselves; progress keeps m meanwhile.
-			pause = min(max(2*pause, time.Millisecond), 50*time.Millisecond)
-			select {
-			case <-time.After(pause):
-				continue
-			case <-r.ctx.Done():
-			}
-		case errors.Is(err, workerpool.ErrStopped):
-			r.end(workerpool.ErrStopped)
-		}
-		return // stopping: the puller hands m back
-	}
 }
 
 // watch sends progress for every held message each progress interval,
@@ -327,6 +227,8 @@ func (r *run) watch(exit <-chan struct{}) {
 			if r.p.Stopped() {
 				r.end(workerpool.ErrStopped)
 			}
+			// Handled messages wait for a batch at most until now.
+			r.ackNow()
 		case <-stop:
 			// No handler may start from now on, while the puller waits
 			// for its last pull; only then are the handlers told.
@@ -343,7 +245,7 @@ func (r *run) heldMsgs(buf []jetstream.Msg) []jetstream.Msg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for m := range r.held {
-		buf = append(buf, m.msg)
+		buf = append(buf, m.Msg)
 	}
 	return buf
 }
@@ -366,11 +268,14 @@ func (r *run) handBackWaiting() {
 	for m := range r.held {
 		if m.stage == waiting {
 			m.stage = handedBack
+			r.waiting.Add(-1)
 			delete(r.held, m)
 			back = append(back, m)
 		}
 	}
 	r.mu.Unlock()
+	// No message waits now, nor will: the acker acks whatever comes.
+	r.ackNow()
 	for _, m := range back {
 		r.handBack(m)
 	}
@@ -379,6 +284,6 @@ func (r *run) handBackWaiting() {
 // handBack returns a message that is no longer held to the server for
 // immediate redelivery, and gives its slot back.
 func (r *run) handBack(m *message) {
-	_ = m.msg.Nak() // if lost, the server redelivers after AckWait
+	_ = m.Msg.Nak() // if lost, the server redelivers after AckWait
 	r.releaseSlots(1)
 }

@@ -26,6 +26,9 @@ func (r *run) runTask(m *message) {
 		return
 	}
 	m.stage = started
+	if r.waiting.Add(-1) == 0 {
+		r.starving()
+	}
 	r.running.Add(1)
 	r.mu.Unlock()
 
@@ -35,29 +38,14 @@ func (r *run) runTask(m *message) {
 	defer func() {
 		if err == nil {
 			// The worker is free at once; m keeps its slot until the
-			// server confirms the ack.
-			go func() {
-				defer r.running.Done()
-				r.ack(m)
-			}()
+			// acker has had the server confirm its ack.
+			r.queueAck(m)
 			return
 		}
 		defer r.running.Done()
 		r.settle(m, err)
 	}()
-	err = r.h(r.handlerCtx, m.msg)
-}
-
-// ack acks m, waits for the server to confirm it, and gives m's slot back.
-// Until then, m counts as held: a process that dies has never handled more
-// than WithMaxInFlight messages whose acks the server had not stored. A
-// failed ack is left to AckWait.
-func (r *run) ack(m *message) {
-	defer r.release(m)
-	// Acking goes on after a stop: it is how a stop finishes.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
-	defer cancel()
-	_ = m.msg.DoubleAck(ctx)
+	err = r.h(r.handlerCtx, m)
 }
 
 // settle ends the stay of m, whose handler failed with err: it hands m
@@ -72,33 +60,33 @@ func (r *run) settle(m *message, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
 	defer cancel()
 	delivery := uint64(1)
-	if md, mdErr := m.msg.Metadata(); mdErr == nil {
+	if md, mdErr := m.Msg.Metadata(); mdErr == nil {
 		delivery = md.NumDelivered
 	}
 	if r.maxDeliver > 0 && delivery >= uint64(r.maxDeliver) {
 		// The server will not deliver m again: unless m goes elsewhere, a
 		// work-queue stream keeps it for ever.
 		if r.cfg.deadLetterJS != nil {
-			if dlErr := r.deadLetter(ctx, m.msg, delivery, err); dlErr != nil {
+			if dlErr := r.deadLetter(ctx, m.Msg, delivery, err); dlErr != nil {
 				// Keep m in its stream rather than lose it.
-				_ = m.msg.Nak()
+				_ = m.Msg.Nak()
 				return
 			}
 		}
-		_ = m.msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
+		_ = m.Msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
 		return
 	}
 	if r.handlerCtx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
 		// ctx, after the stop's hand-back: another process may take the
 		// message at once.
-		_ = m.msg.Nak()
+		_ = m.Msg.Nak()
 		return
 	}
 	if d := r.cfg.backoff(delivery); d > 0 {
-		_ = m.msg.NakWithDelay(d)
+		_ = m.Msg.NakWithDelay(d)
 	} else {
-		_ = m.msg.Nak()
+		_ = m.Msg.Nak()
 	}
 }
 
@@ -108,7 +96,7 @@ func (r *run) settle(m *message, err error) {
 // reports whether it did.
 func (r *run) leaveToStop(m *message) bool {
 	if r.maxDeliver > 0 {
-		if md, err := m.msg.Metadata(); err != nil || md.NumDelivered >= uint64(r.maxDeliver) {
+		if md, err := m.Msg.Metadata(); err != nil || md.NumDelivered >= uint64(r.maxDeliver) {
 			return false
 		}
 	}
@@ -118,6 +106,7 @@ func (r *run) leaveToStop(m *message) bool {
 		return false
 	}
 	m.stage = waiting
+	r.waiting.Add(1)
 	return true
 }
 
