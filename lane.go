@@ -102,11 +102,15 @@ func (l *lane) countEnded() bool {
 }
 
 // notePeak records a sub-pool's waiting tasks as its PeakWaiting if they
-// are more: those accepted and neither started nor dropped, as its Status
-// counts them. The dispatcher is the only writer of the peak.
-func (l *lane) notePeak() {
+// are more. They are at most those accepted and neither started nor
+// dropped, as its Status counts them, which includes a task on its way to
+// a worker; and at most those in its lane and the hand-off buffer, which
+// may hold other lanes' tasks. The lesser of the two is within the pool's
+// bound. The dispatcher is the only writer of the peak.
+func (l *lane) notePeak(buffered int) {
 	st := &l.stats
 	n := int64(l.submitted) - int64(st.started.Load()) - int64(st.abandoned.Load())
+	n = min(n, int64(l.waiting+buffered))
 	if n > st.peakWaiting.Load() {
 		st.peakWaiting.Store(n)
 	}

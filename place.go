@@ -25,7 +25,7 @@ func (d *dispatcher) accept(t job) {
 	if l.sub != nil {
 		l.submitted++
 		l.stats.submitted.Store(l.submitted)
-		defer l.notePeak()
+		defer func() { l.notePeak(len(d.p.work) - d.quitting()) }()
 	}
 	if t.line == keyed {
 		// Its key's line; the task waits in it while the key is busy.
