@@ -35,7 +35,12 @@ func (p *Pool) Submit(task func()) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	return p.submitTo(nil, nil, job{fn: task}, p.cfg.overflow)
+	// Not through submitTo: the common case, kept short.
+	if err := p.submit(nil, job{fn: task}, p.cfg.overflow, nil); err != errRunHere {
+		return err
+	}
+	p.runHere(job{fn: task})
+	return nil
 }
 
 // SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
@@ -139,12 +144,17 @@ func (p *Pool) submitTo(s *Subpool, ctx context.Context, t job, overflow Overflo
 	if err != errRunHere {
 		return err
 	}
+	p.runHere(t)
+	return nil
+}
+
+// runHere runs t in its submitter, for CallerRuns.
+func (p *Pool) runHere(t job) {
 	p.stats.callerSubmitted.Add(1)
 	if t.lane != nil {
 		t.lane.stats.callerSubmitted.Add(1)
 	}
 	p.run(t, nil)
-	return nil
 }
 
 // submitGated is submit for sub-pool s, under its gate.
