@@ -182,62 +182,6 @@ func TestStopEscalatesAStopWait(t *testing.T) {
 	})
 }
 
-func TestShutdownReturnsNilWhenEverythingRanInTime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		var ran atomic.Int64
-		for range 5 {
-			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		tasks, err := p.Shutdown(ctx)
-		assert.NoError(t, err)
-		assert.Nil(t, tasks)
-		assert.Equal(t, int64(5), ran.Load())
-	})
-}
-
-func TestShutdownPastItsDeadlineActsAsStop(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		var ran atomic.Int64
-		for range 5 {
-			require.NoError(t, p.Submit(func() { time.Sleep(2 * time.Second); ran.Add(1) }))
-		}
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		tasks, err := p.Shutdown(ctx)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		// At 3s the second task is running: Shutdown waits for it and
-		// returns the three that never started.
-		assert.Equal(t, 4*time.Second, time.Since(start))
-		assert.Equal(t, int64(2), ran.Load())
-		assert.Len(t, tasks, 3)
-		assert.Equal(t, uint64(3), p.Status().Abandoned)
-	})
-}
-
-func TestShutdownStartsNoQueuedTaskAfterItsDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		// The running task ends exactly at the deadline, racing Shutdown's
-		// Stop; the queued ones must not start.
-		require.NoError(t, p.Submit(func() { <-ctx.Done() }))
-		for range 2 {
-			require.NoError(t, p.Submit(func() { t.Error("a task started after the deadline") }))
-		}
-		start := time.Now()
-		tasks, err := p.Shutdown(ctx)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Len(t, tasks, 2)
-		assert.Equal(t, time.Second, time.Since(start))
-	})
-}
-
 func TestStopReleasesABlockedSubmitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := New(1, WithMaxWaiting(1)) // Block
