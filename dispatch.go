@@ -88,7 +88,7 @@ type dispatcher struct {
 func (d *dispatcher) run() {
 	p := d.p
 	defer close(p.done)
-	for !d.draining || d.waiting > 0 || len(p.work) > 0 {
+	for !d.finished() {
 		if d.checkDeadline() {
 			continue // the queue is empty now
 		}
@@ -128,10 +128,10 @@ func (d *dispatcher) run() {
 			d.fill()
 			continue
 		}
-		if d.draining && d.waiting == 0 && len(p.work) == 0 {
+		if d.finished() {
 			// The workers took the last buffered tasks since the loop
 			// looked, before the wants asked them to signal: done.
-			continue
+			break
 		}
 		var tasks <-chan job
 		var reject chan<- struct{}
@@ -199,6 +199,12 @@ func (d *dispatcher) run() {
 		}
 	}
 	d.exit()
+}
+
+// finished reports whether the loop is done: the pool is stopping and no
+// task waits, in a lane or in the hand-off buffer.
+func (d *dispatcher) finished() bool {
+	return d.draining && d.waiting == 0 && len(d.p.work) == 0
 }
 
 // receive takes t, a submission or a request, from p.tasks, then whatever

@@ -38,7 +38,6 @@ type lane struct {
 	endedSeen      uint64
 	busyListed     bool       // in dispatcher.busy: it has tasks out
 	stops          []*request // Subpool Stop and StopWait requests waiting for the lane to be idle
-	abandonedNow   int        // the tasks the last drop dropped
 
 	stats laneStats
 }

@@ -194,7 +194,8 @@ func (d *dispatcher) abandonQueue() {
 		return
 	}
 	for _, l := range slices.Clone(d.ring) {
-		d.p.abandoned = append(d.p.abandoned, d.drop(l)...)
+		tasks, _ := d.drop(l) // n counted above
+		d.p.abandoned = append(d.p.abandoned, tasks...)
 	}
 	d.p.dropped = true
 	d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
@@ -211,8 +212,9 @@ func (d *dispatcher) stopLane(r *request) {
 		// meanwhile has started, and runs; Stop waits for it.) The loop
 		// hands out again any other lane's task taken back with it.
 		d.requeue(d.takeBack())
-		r.tasks = d.drop(l)
-		d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(l.abandonedNow))
+		var n int
+		r.tasks, n = d.drop(l)
+		d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
 		d.setWaiting()
 	}
 	l.stats.state.Store(int32(Stopping))

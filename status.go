@@ -75,7 +75,7 @@ type Status struct {
 	Submitted, Completed, Panicked uint64
 	// Rejected counts submissions refused with [ErrQueueFull]; they are not
 	// in Submitted. Abandoned counts accepted tasks that never started
-	// because of [Pool.Stop] or an expired [Pool.Shutdown].
+	// because of [Pool.Stop], [Subpool.Stop] or an expired [Pool.Shutdown].
 	Rejected, Abandoned uint64
 }
 

@@ -77,7 +77,7 @@ func (d *dispatcher) offer() (job, bool) {
 		}
 		t.seq = d.sent + 1
 		d.offered, d.offeredLine, d.offeredAt = l, line, i
-		d.askForEnd(l, line)
+		d.askForEnd(line)
 		return t, true
 	}
 	return job{}, false
@@ -100,8 +100,8 @@ func (d *dispatcher) commit() {
 }
 
 // out counts a task of lane l handed out, against l's limit, and, if it is
-// keyed (line) or a sub-pool's, asks workers to report its end: before the
-// task is sent, so that its worker sees the request.
+// keyed (line), asks workers to report its end: before the task is sent,
+// so that its worker sees the request.
 func (d *dispatcher) out(l *lane, line *keyLine) {
 	if line != nil {
 		line.out = true
@@ -114,7 +114,7 @@ func (d *dispatcher) out(l *lane, line *keyLine) {
 			d.busy = append(d.busy, l)
 		}
 	}
-	d.askForEnd(l, line)
+	d.askForEnd(line)
 }
 
 // in takes back what out counted, for a task that was not sent after all.
@@ -133,7 +133,7 @@ func (d *dispatcher) in(l *lane, line *keyLine) {
 // the request. A sub-pool's tasks need no such request: a worker counts
 // their ends in its stats, which the dispatcher reads when it looks at
 // the lane (see endsMatter).
-func (d *dispatcher) askForEnd(l *lane, line *keyLine) {
+func (d *dispatcher) askForEnd(line *keyLine) {
 	if line != nil && d.wants&wantEnds == 0 {
 		d.wants |= wantEnds
 		d.p.wants.Store(d.wants)
@@ -230,11 +230,10 @@ func (d *dispatcher) endsMatter() bool {
 
 // drop empties lane l for a stop: it returns its fire-and-forget tasks, the
 // unkeyed ones in order, then each key's in order, tells its waiters
-// ErrStopped, and takes l out of the ring. l.abandonedNow says how many
-// tasks it dropped.
-func (d *dispatcher) drop(l *lane) []func() {
-	var tasks []func()
-	n := l.waiting
+// ErrStopped, and takes l out of the ring; n is how many tasks it dropped,
+// waiters' included.
+func (d *dispatcher) drop(l *lane) (tasks []func(), n int) {
+	n = l.waiting
 	for fn := range l.tasks.IterPopFront() {
 		if fn == nil {
 			l.waiters.PopFront().finish(ErrStopped)
@@ -257,7 +256,6 @@ func (d *dispatcher) drop(l *lane) []func() {
 	}
 	l.waiting = 0
 	d.waiting -= n
-	l.abandonedNow = n
 	if l.sub != nil {
 		l.stats.abandoned.Add(uint64(n))
 	}
@@ -265,5 +263,5 @@ func (d *dispatcher) drop(l *lane) []func() {
 		l.inRing = false
 		d.ring = slices.DeleteFunc(d.ring, func(x *lane) bool { return x == l })
 	}
-	return tasks
+	return tasks, n
 }

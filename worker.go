@@ -162,7 +162,7 @@ func (p *Pool) runWorker(w *worker, t job) {
 			break
 		}
 		if wants := p.wants.Load(); wants != 0 && p.attend(wants, t) {
-			continue // dropped: a Shutdown deadline has passed
+			continue // dropped: a Shutdown deadline has passed, or Stop cut the buffer before t
 		}
 		w.phase.Store(w.phase.Load() | 1) // busy, then not idle
 		w.since.Store(0)
