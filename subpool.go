@@ -22,7 +22,10 @@ import (
 // sub-pool's included, and its overflow policy applies to them. A sub-pool
 // task held back by its limit, or by its key, counts as waiting. [Pool.Pause]
 // holds every sub-pool, and the pool's Stop, StopWait and Shutdown cover
-// them all. A sub-pool costs nothing while it has no task.
+// them all. A sub-pool holds no memory for tasks while it has none; but
+// once a pool has a sub-pool, it hands out one task at a time ahead of the
+// workers, so that every queue gets its turn (see [Pool.Subpool]), which
+// costs a pool whose workers are all busy with tiny tasks some throughput.
 type Subpool struct {
 	p    *Pool
 	name string
@@ -42,6 +45,11 @@ type Subpool struct {
 // workers, at most limit of them at once. name is only a label, for the
 // caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
 // pool, the sub-pool's submissions return [ErrStopped].
+//
+// From the first call of Subpool on, the pool hands out one task at a time
+// ahead of its workers, chosen in turn, rather than filling a buffer of up
+// to 64 tasks of one queue: a task that comes to another queue then waits
+// behind at most one task handed out before its turn.
 //
 // Subpool panics if limit < 1.
 func (p *Pool) Subpool(name string, limit int) *Subpool {
