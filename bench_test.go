@@ -22,13 +22,14 @@ func benchSubmit(b *testing.B, p *workerpool.Pool, parallel bool, submitted func
 	benchSubmitTo(b, p, func(_ int, task func()) error { return p.Submit(task) }, parallel, submitted)
 }
 
-// benchSubmitTo is benchSubmit with the i-th task submitted by submit.
+// benchSubmitTo is benchSubmit with each task submitted by submitTo, which
+// is told the submission's number i, counting from 1 (a key's pick, say).
 func benchSubmitTo(b *testing.B, p *workerpool.Pool, submitTo func(i int, task func()) error, parallel bool, submitted func()) {
 	b.ReportAllocs()
 	reportCPU(b)
 	var ran atomic.Int64
 	task := func() { ran.Add(1) }
-	var next atomic.Int64 // numbers the submissions, for submitTo's pick
+	var next atomic.Int64 // numbers the submissions, for submitTo
 	submit := func() bool {
 		if err := submitTo(int(next.Add(1)), task); err != nil {
 			b.Error(err)
