@@ -77,6 +77,35 @@ func testEveryTaskRunsInBothPhases(t *testing.T) {
 	assert.NotContains(t, out.String(), "\033[", "plain output, no ANSI codes")
 }
 
+func TestFairTurnsKeepTheTricklesWaitUnderOneTask(t *testing.T) {
+	synctest.Test(t, testFairTurnsKeepTheTricklesWaitUnderOneTask)
+}
+
+// With fair turns a trickle's task waits at most for the first worker to
+// come free, which is within one task's work; on the shared queue, the
+// flood holds it up longer.
+func testFairTurnsKeepTheTricklesWaitUnderOneTask(t *testing.T) {
+	cfg := tinyConfig()
+	res := demo(cfg, io.Discard)
+	require.Len(t, res, len(phases))
+	longest := func(r result, i int) time.Duration { return percentile(r.tenants[i].waits, 1) }
+
+	var shared time.Duration // the longest wait of a trickle's task
+	for _, r := range res {
+		for i, tn := range tenants(cfg) {
+			if tn.every == 0 {
+				continue // the flood
+			}
+			if r.fair {
+				assert.LessOrEqual(t, longest(r, i), cfg.work, "%s/%s: longest wait", r.title, tn.name)
+			} else {
+				shared = max(shared, longest(r, i))
+			}
+		}
+	}
+	assert.Greater(t, shared, cfg.work, "on the shared queue, the flood holds up a trickle")
+}
+
 func TestRunWritesSummaryAndChart(t *testing.T) {
 	synctest.Test(t, testRunWritesSummaryAndChart)
 }
