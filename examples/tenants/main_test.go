@@ -191,6 +191,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			assert.Equal(t, 2, run(args, &stdout, &stderr))
 			assert.NotEmpty(t, stderr.String())
+			assert.Empty(t, stdout.String(), "no phase ran")
 		})
 	}
 }
