@@ -77,8 +77,40 @@ func TestReportAndChartNameEveryPool(t *testing.T) {
 			t.Errorf("chart has no bar for %s", p.name)
 		}
 	}
-	// ours 10 ns, gammazero (the best other) 20 ns: 0.50× of both.
-	if !strings.Contains(md, "| 10.0 | 20.0 | 0.50× | gammazero | 20.0 | 0.50× |") {
-		t.Errorf("report lacks ours / gammazero and ours / best other = 0.50×:\n%s", md)
+	// ours 10 ns, gammazero (the best other) 20 ns: 0.50× of both, within
+	// the tiny workloads' target of 2.0× the best other and 0.8× gammazero.
+	if !strings.Contains(md, "| 10.0 | 20.0 | 0.50× | gammazero | 20.0 | 0.50× | ≤ 2.0× | yes |") {
+		t.Errorf("report lacks ours / gammazero and ours / best other = 0.50×, target met:\n%s", md)
+	}
+}
+
+// TestReportMeetsATargetOnlyWithinBoth checks the summary's met column: ours
+// must be within 0.8× gammazero and within the workload's target over the
+// best other pool (2.0× for tiny tasks, one user).
+func TestReportMeetsATargetOnlyWithinBoth(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		ours, gz, ants, rest int64 // ns per task; rest: every other pool
+		want                 string
+	}{
+		{"within both", 10, 20, 30, 40, "| ≤ 2.0× | yes |"},
+		{"over 0.8× gammazero", 18, 20, 30, 40, "| ≤ 2.0× | **no** |"},
+		{"over 2.0× the best other", 30, 100, 10, 40, "| ≤ 2.0× | **no** |"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config{peers: peers, workloads: workloads[:1]}
+			runs := make(map[string][]result)
+			for _, p := range peers {
+				ns := map[string]int64{"ours": c.ours, "gammazero": c.gz, "ants": c.ants}[p.name]
+				if ns == 0 {
+					ns = c.rest
+				}
+				runs[cellKey(workloads[0].key, p.name)] = []result{{Tasks: 1, WallNs: ns, Procs: 2}}
+			}
+			md := report(env{command: "go run .", reps: 1}, summarize(cfg, runs), "")
+			if !strings.Contains(md, c.want) {
+				t.Errorf("report lacks %q:\n%s", c.want, md)
+			}
+		})
 	}
 }

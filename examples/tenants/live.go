@@ -49,22 +49,25 @@ func (m *monitor) watch(stop <-chan struct{}) {
 	}
 }
 
-// take reads the pool's Status, and each tenant's: its sub-pool's Status,
-// or in the shared-queue phase the demo's own counts.
+// take reads the pool's Status, and each tenant's counts.
 func (m *monitor) take() sample {
 	ps := m.p.Status()
 	s := sample{at: time.Since(m.start), workers: ps.Workers, busy: ps.Busy, waiting: ps.Waiting}
-	for i, sub := range m.subs {
-		var c count
-		if sub != nil {
-			st := sub.Status()
-			c = count{busy: st.Busy, waiting: st.Waiting}
-		} else {
-			c.busy, c.waiting, _ = m.tallies[i].now()
-		}
-		s.tenants = append(s.tenants, c)
+	for i := range m.tenants {
+		busy, waiting, _ := m.counts(i)
+		s.tenants = append(s.tenants, count{busy: busy, waiting: waiting})
 	}
 	return s
+}
+
+// counts returns tenant i's tasks running, waiting and done: its
+// sub-pool's Status, or in the shared-queue phase the demo's own counts.
+func (m *monitor) counts(i int) (busy, waiting, done int) {
+	if sub := m.subs[i]; sub != nil {
+		st := sub.Status()
+		return st.Busy, st.Waiting, int(st.Completed)
+	}
+	return m.tallies[i].now()
 }
 
 // row is the format of the live view's tenant lines: name, limit, tasks
@@ -83,14 +86,12 @@ func (m *monitor) show() {
 	if m.cfg.tty || m.drawn == 0 { // plain output shows the header once
 		lines = append(lines, fmt.Sprintf(row, "tenant", "limit", "busy", "waiting", "done", "wait p50", "p99", "oldest"))
 	}
-	for i, sub := range m.subs {
-		name, limit := m.tenants[i].name, "-" // one shared queue: no limit but the pool's
-		busy, waiting, done := m.tallies[i].now()
-		if sub != nil {
-			st := sub.Status()
-			name, limit = sub.Name(), fmt.Sprint(st.MaxWorkers)
-			busy, waiting, done = st.Busy, st.Waiting, int(st.Completed)
+	for i, t := range m.tenants {
+		limit := "-" // one shared queue: no limit but the pool's
+		if sub := m.subs[i]; sub != nil {
+			limit = fmt.Sprint(sub.Status().MaxWorkers)
 		}
+		busy, waiting, done := m.counts(i)
 		p50, p99, oldest := "-", "-", "-"
 		if w := m.tallies[i].sortedWaits(); len(w) > 0 {
 			p50, p99 = ms(percentile(w, 0.50)), ms(percentile(w, 0.99))
@@ -98,7 +99,7 @@ func (m *monitor) show() {
 		if d := m.tallies[i].oldest(time.Now()); d > 0 {
 			oldest = ms(d)
 		}
-		lines = append(lines, fmt.Sprintf(row, name, limit, fmt.Sprint(busy), fmt.Sprint(waiting), fmt.Sprint(done), p50, p99, oldest))
+		lines = append(lines, fmt.Sprintf(row, t.name, limit, fmt.Sprint(busy), fmt.Sprint(waiting), fmt.Sprint(done), p50, p99, oldest))
 	}
 	var b strings.Builder
 	if m.cfg.tty {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -34,11 +35,15 @@ func tasksOf(cfg config, tn tenant) int {
 	return int((cfg.duration + tn.every - 1) / tn.every)
 }
 
-// The tests assert what holds however the scheduler runs the load: which
-// tasks ran and what the output and chart hold, never how long anything
-// took.
+// The tests run the load in synctest bubbles, on a fake clock: a phase
+// takes no real time, and a task's wait is what the schedule makes it, not
+// what a busy machine does to it.
 
 func TestEveryTaskRunsInBothPhases(t *testing.T) {
+	synctest.Test(t, testEveryTaskRunsInBothPhases)
+}
+
+func testEveryTaskRunsInBothPhases(t *testing.T) {
 	cfg := tinyConfig()
 	var out bytes.Buffer
 	res := demo(cfg, &out)
@@ -72,7 +77,40 @@ func TestEveryTaskRunsInBothPhases(t *testing.T) {
 	assert.NotContains(t, out.String(), "\033[", "plain output, no ANSI codes")
 }
 
+func TestFairTurnsKeepTheTricklesWaitUnderOneTask(t *testing.T) {
+	synctest.Test(t, testFairTurnsKeepTheTricklesWaitUnderOneTask)
+}
+
+// With fair turns a trickle's task waits at most for the first worker to
+// come free, which is within one task's work; on the shared queue, the
+// flood holds it up longer.
+func testFairTurnsKeepTheTricklesWaitUnderOneTask(t *testing.T) {
+	cfg := tinyConfig()
+	res := demo(cfg, io.Discard)
+	require.Len(t, res, len(phases))
+	longest := func(r result, i int) time.Duration { return percentile(r.tenants[i].waits, 1) }
+
+	var shared time.Duration // the longest wait of a trickle's task
+	for _, r := range res {
+		for i, tn := range tenants(cfg) {
+			if tn.every == 0 {
+				continue // the flood
+			}
+			if r.fair {
+				assert.LessOrEqual(t, longest(r, i), cfg.work, "%s/%s: longest wait", r.title, tn.name)
+			} else {
+				shared = max(shared, longest(r, i))
+			}
+		}
+	}
+	assert.Greater(t, shared, cfg.work, "on the shared queue, the flood holds up a trickle")
+}
+
 func TestRunWritesSummaryAndChart(t *testing.T) {
+	synctest.Test(t, testRunWritesSummaryAndChart)
+}
+
+func testRunWritesSummaryAndChart(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tenants.svg")
 	var stdout, stderr bytes.Buffer
 	code := run(append(tiny, "-svg", file), &stdout, &stderr)
@@ -153,6 +191,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			assert.Equal(t, 2, run(args, &stdout, &stderr))
 			assert.NotEmpty(t, stderr.String())
+			assert.Empty(t, stdout.String(), "no phase ran")
 		})
 	}
 }
