@@ -361,3 +361,19 @@ func TestStringers(t *testing.T) {
 func pick(s Status) Status {
 	return Status{Workers: s.Workers, Busy: s.Busy, Idle: s.Idle}
 }
+
+// Once Pause returns, Status says Paused: the dispatcher records the state
+// before it lets Pause return. Real scheduler, many times over: a Status
+// read the moment Pause returns must not see the state before it.
+func TestStatusSaysPausedOncePauseReturns(t *testing.T) {
+	p := New(2)
+	defer p.Stop()
+	for i := range 20000 {
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		if s := p.Status().State; s != Paused {
+			t.Fatalf("pause %d: State = %v once Pause returned", i, s)
+		}
+		resume()
+	}
+}

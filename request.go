@@ -72,11 +72,13 @@ func (d *dispatcher) pause(r *request) {
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
 		d.requeue(d.takeBack())
+		// Paused before the pause is acknowledged: once Pause returns,
+		// Status says so.
+		d.setState(Paused)
 		// Ask finishing workers to signal, then look: either this sees
 		// the last one finish or that one sees the request.
 		d.updateWants()
 		d.checkPauseAck()
-		d.setState(Paused)
 	}
 }
 
