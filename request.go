@@ -234,11 +234,11 @@ func (d *dispatcher) settleStops(l *lane) {
 	if len(l.stops) == 0 || l.waiting > 0 || l.running > 0 {
 		return
 	}
+	l.stats.state.Store(int32(Stopped)) // before Stop returns
 	for _, r := range l.stops {
 		close(r.done)
 	}
 	l.stops = nil
-	l.stats.state.Store(int32(Stopped))
 	d.stopping = slices.DeleteFunc(d.stopping, func(x *lane) bool { return x == l })
 }
 
@@ -257,10 +257,10 @@ func (d *dispatcher) exit() {
 	d.p.wg.Wait() // each exiting worker counts itself out of stats.workers
 	d.dropRecalled()
 	for _, l := range d.stopping { // their tasks ran or were dropped
+		l.stats.state.Store(int32(Stopped)) // before Stop returns
 		for _, r := range l.stops {
 			close(r.done)
 		}
-		l.stats.state.Store(int32(Stopped))
 	}
 	d.setWorkers(0)
 	d.setState(Stopped)

@@ -269,3 +269,22 @@ func TestAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T) {
 		assert.Equal(t, uint64(3), p.Status().Panicked, "the pool counts every panic")
 	})
 }
+
+// Once a sub-pool's Stop or StopWait returns, its Status says Stopped, on
+// the real scheduler, many times over.
+func TestASubpoolsStatusSaysStoppedOnceItsStopReturns(t *testing.T) {
+	p := workerpool.New(2)
+	defer p.Stop()
+	for i := range 5000 {
+		s := p.Subpool("s", 1)
+		require.NoError(t, s.Submit(func() {}))
+		if i%2 == 0 {
+			s.Stop()
+		} else {
+			s.StopWait()
+		}
+		if st := s.Status().State; st != workerpool.Stopped {
+			t.Fatalf("round %d: State = %v once its stop returned", i, st)
+		}
+	}
+}
