@@ -120,11 +120,11 @@ func (d *dispatcher) drain() {
 		return
 	}
 	d.draining = true
-	close(d.p.stopping) // submitters waiting in submit get ErrStopped now
 	for d.paused {
 		d.endPause() // queued pauses are answered at once now
 	}
-	d.setState(Stopping)
+	d.setState(Stopping) // before a submitter can see ErrStopped
+	close(d.p.stopping)  // submitters waiting in submit get ErrStopped now
 }
 
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:

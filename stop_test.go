@@ -344,3 +344,24 @@ func TestWorkersRunWhileSubmittersHammerOneP(t *testing.T) {
 	p.Stop()
 	wg.Wait()
 }
+
+// A submitter that gets ErrStopped from a stopping pool finds Status past
+// Running: the dispatcher records Stopping before it releases submitters.
+func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
+	for i := range 2000 {
+		p := New(1, WithMaxWaiting(1))
+		block := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-block }))
+		require.NoError(t, p.Submit(func() {})) // the queue is full now
+		errc := make(chan error)
+		go func() { errc <- p.Submit(func() {}) }()
+		go p.Stop()
+		if err := <-errc; err == ErrStopped {
+			if s := p.Status().State; s == Running || s == Paused {
+				t.Fatalf("round %d: State = %v after Submit returned ErrStopped", i, s)
+			}
+		}
+		close(block)
+		p.Stop()
+	}
+}
