@@ -7,10 +7,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dispatchkit/workerpool"
 )
+
+// watchStatus reads status in a loop, on the real scheduler, until the
+// returned stop is called, and has inRange judge every snapshot against
+// the one before. stop fails the test if any snapshot was out of range.
+func watchStatus(t *testing.T, status func() workerpool.Status, inRange func(s, last workerpool.Status) bool) (stop func()) {
+	var done atomic.Bool
+	var snapshots, nbad int
+	var bad []workerpool.Status // the first few out of range
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		var last workerpool.Status
+		for !done.Load() {
+			s := status()
+			snapshots++
+			if !inRange(s, last) {
+				if nbad++; len(bad) < 5 {
+					bad = append(bad, s)
+				}
+			}
+			last = s
+			runtime.Gosched() // on one P, let the pool run between looks
+		}
+	})
+	end := func() { done.Store(true); reader.Wait() }
+	t.Cleanup(end) // should the test end before stop
+	return func() {
+		t.Helper()
+		end()
+		t.Logf("%d snapshots", snapshots)
+		assert.Zero(t, nbad, "snapshots out of range; the first: %+v", bad)
+	}
+}
 
 // TestStatusGaugesStayInRangeInEverySnapshot reads Status in a loop while
 // submitters and workers move tasks as fast as they can, on the real
@@ -30,31 +63,13 @@ func TestStatusGaugesStayInRangeInEverySnapshot(t *testing.T) {
 			}
 		})
 	}
-	var stop atomic.Bool
-	var snapshots, nbad int
-	var bad []workerpool.Status // the first few out of range
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		var last workerpool.Status
-		for !stop.Load() {
-			s := p.Status()
-			snapshots++
-			if s.Busy < 0 || s.Busy > s.Workers || s.Idle != s.Workers-s.Busy || s.Workers > max ||
-				s.Waiting < 0 || s.Completed > s.Submitted || s.Completed < last.Completed || s.Submitted < last.Submitted {
-				if nbad++; len(bad) < 5 {
-					bad = append(bad, s)
-				}
-			}
-			last = s
-			runtime.Gosched() // on one P, let the pool run between looks
-		}
+	stop := watchStatus(t, p.Status, func(s, last workerpool.Status) bool {
+		return s.Busy >= 0 && s.Busy <= s.Workers && s.Idle == s.Workers-s.Busy && s.Workers <= max &&
+			s.Waiting >= 0 && s.Completed <= s.Submitted && s.Completed >= last.Completed && s.Submitted >= last.Submitted
 	})
 	wg.Wait()
 	p.StopWait()
-	stop.Store(true)
-	reader.Wait()
-	t.Logf("%d snapshots", snapshots)
-	require.Zero(t, nbad, "snapshots out of range; the first: %+v", bad)
+	stop()
 }
 
 // TestStatusStaysInRangeUnderResizeReapingAndGoexitChurn is the same check
@@ -88,33 +103,16 @@ func TestStatusStaysInRangeUnderResizeReapingAndGoexitChurn(t *testing.T) {
 			time.Sleep(50 * time.Microsecond)
 		}
 	})
-	var stop atomic.Bool
-	var nbad, snapshots int
-	var bad []workerpool.Status
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		var last workerpool.Status
-		for !stop.Load() {
-			s := p.Status()
-			snapshots++
-			if s.Busy < 0 || s.Busy > s.Workers || s.Idle != s.Workers-s.Busy || s.Workers > maxSize ||
-				s.Workers > s.PeakWorkers || s.Waiting > s.PeakWaiting || s.Completed > s.Submitted ||
-				s.Panicked > s.Completed || s.Completed < last.Completed || s.Submitted < last.Submitted {
-				if nbad++; len(bad) < 5 {
-					bad = append(bad, s)
-				}
-			}
-			last = s
-			runtime.Gosched()
-		}
+	stop := watchStatus(t, p.Status, func(s, last workerpool.Status) bool {
+		return s.Busy >= 0 && s.Busy <= s.Workers && s.Idle == s.Workers-s.Busy && s.Workers <= maxSize &&
+			s.Workers <= s.PeakWorkers && s.Waiting <= s.PeakWaiting && s.Completed <= s.Submitted &&
+			s.Panicked <= s.Completed && s.Completed >= last.Completed && s.Submitted >= last.Submitted
 	})
 	wg.Wait()
 	p.StopWait()
-	stop.Store(true)
-	reader.Wait()
+	stop()
 	s := p.Status()
-	t.Logf("%d snapshots; %+v", snapshots, s)
-	require.Zero(t, nbad, "snapshots out of range; the first: %+v", bad)
+	t.Logf("%+v", s)
 	require.Equal(t, s.Submitted, s.Completed, "StopWait ran everything")
 	require.Zero(t, s.Workers)
 }
