@@ -290,3 +290,28 @@ func testAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T, handler func(*worker
 	assert.Zero(t, ps.Workers, "no worker left")
 }
 
+// TestASubpoolsStopEscalatesItsStopWait: a sub-pool's Stop during its
+// StopWait drops the tasks left and both return once the running one ends.
+func TestASubpoolsStopEscalatesItsStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a := p.Subpool("a", 1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		waited := make(chan time.Duration)
+		go func() { a.StopWait(); waited <- time.Since(start) }()
+		time.Sleep(1500 * time.Millisecond) // the second task runs
+		tasks := a.Stop()
+		assert.Equal(t, 2*time.Second, time.Since(start), "Stop waits for the running task")
+		assert.Equal(t, 2*time.Second, <-waited, "StopWait returns with it")
+		assert.Len(t, tasks, 3, "the tasks left come back")
+		assert.Equal(t, int64(2), ran.Load())
+		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, uint64(3), a.Status().Abandoned)
+	})
+}
+
