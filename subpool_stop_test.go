@@ -1,6 +1,7 @@
 package workerpool_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -315,3 +316,57 @@ func TestASubpoolsStopEscalatesItsStopWait(t *testing.T) {
 	})
 }
 
+// TestThePoolsStopWaitAndShutdownCoverEverySubpool: StopWait runs every
+// sub-pool's waiting tasks, keyed ones included; a Shutdown past its
+// deadline drops them and returns them, each queue's in order. Either way
+// the sub-pools refuse submissions afterwards and their Status is final.
+func TestThePoolsStopWaitAndShutdownCoverEverySubpool(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stop      func(t *testing.T, p *workerpool.Pool) []func()
+		abandoned uint64
+	}{
+		{"StopWait", func(_ *testing.T, p *workerpool.Pool) []func() { p.StopWait(); return nil }, 0},
+		{"Shutdown past its deadline", func(t *testing.T, p *workerpool.Pool) []func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second/2)
+			defer cancel()
+			tasks, err := p.Shutdown(ctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			return tasks
+		}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1)
+				a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+				require.NoError(t, p.Submit(func() { time.Sleep(time.Second) })) // the one worker is busy
+				var got []string
+				note := func(n string) func() { return func() { got = append(got, n) } }
+				require.NoError(t, a.Submit(note("a1")))
+				require.NoError(t, a.Submit(note("a2")))
+				require.NoError(t, a.SubmitKey("k", note("ak")))
+				require.NoError(t, b.SubmitKey("k", note("bk1")))
+				require.NoError(t, b.SubmitKey("k", note("bk2")))
+				tasks := tc.stop(t, p)
+				assert.Len(t, got, 5-int(tc.abandoned), "tasks that ran on workers")
+				for _, task := range tasks {
+					task()
+				}
+				assert.ElementsMatch(t, []string{"a1", "a2", "ak", "bk1", "bk2"}, got, "every task ran once, or came back")
+				assert.Less(t, index(got, "a1"), index(got, "a2"), "each queue's in order")
+				assert.Less(t, index(got, "bk1"), index(got, "bk2"))
+				var abandoned uint64
+				for _, s := range []*workerpool.Subpool{a, b} {
+					assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+					assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+					st := s.Status()
+					assert.Equal(t, workerpool.Stopped, st.State)
+					assert.Equal(t, st.Submitted, st.Completed+st.Abandoned, "%s at rest: %+v", s.Name(), st)
+					abandoned += st.Abandoned
+				}
+				assert.Equal(t, tc.abandoned, abandoned)
+				assert.Equal(t, tc.abandoned, p.Status().Abandoned)
+			})
+		})
+	}
+}
