@@ -135,10 +135,21 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.TrySubmit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitCtx(context.Background(), func() {}), workerpool.ErrStopped)
 	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
 	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	_, err = workerpool.Map(context.Background(), s, []int{1}, func(context.Context, int) (int, error) { return 0, nil })
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	g := s.Group(context.Background())
+	g.Go(func(context.Context) error { t.Error("a refused group task ran"); return nil })
+	assert.ErrorIs(t, g.Wait(), workerpool.ErrStopped)
 	assert.Nil(t, s.Stop())
-	s.Resize(3) // does nothing, and returns
+	s.StopWait() // returns
+	s.Resize(3)  // does nothing, and returns
+	st := s.Status()
+	assert.Zero(t, st.Submitted)
+	assert.Zero(t, st.Busy)
 }
 
 // A task that CallerRuns runs in its submitter is not the sub-pool's to
