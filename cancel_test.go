@@ -13,26 +13,40 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// heldPools are two ways a pool can hold tasks back from a worker for an
-// hour: a pause, and a queue behind tasks that run for an hour.
+// grouper is a *Pool or a *Subpool: where a Group or Map sends its tasks.
+type grouper interface {
+	workerpool.Submitter
+	Group(ctx context.Context) *workerpool.Group
+}
+
+// heldPools are three ways a pool can hold tasks back from a worker for an
+// hour: a pause, a queue behind tasks that run for an hour, and a sub-pool
+// at its limit while the pool's workers are free. new returns the pool and
+// where the tasks go.
 var heldPools = []struct {
 	name string
-	new  func(t *testing.T) *workerpool.Pool
+	new  func(t *testing.T) (*workerpool.Pool, grouper)
 }{
-	{"paused pool", func(t *testing.T) *workerpool.Pool {
+	{"paused pool", func(t *testing.T) (*workerpool.Pool, grouper) {
 		p := workerpool.New(2)
 		ctx, resume := context.WithTimeout(context.Background(), time.Hour)
 		t.Cleanup(resume)
 		p.Pause(ctx)
-		return p
+		return p, p
 	}},
-	{"busy shared pool", func(t *testing.T) *workerpool.Pool {
+	{"busy shared pool", func(t *testing.T) (*workerpool.Pool, grouper) {
 		p := workerpool.New(1)
 		require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
 		for range 100 { // other users' work, queued ahead
 			require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
 		}
-		return p
+		return p, p
+	}},
+	{"sub-pool at its limit", func(t *testing.T) (*workerpool.Pool, grouper) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 1)
+		require.NoError(t, a.Submit(func() { time.Sleep(time.Hour) }))
+		return p, a
 	}},
 }
 
@@ -40,10 +54,10 @@ func TestGroupWaitAfterCancellationDoesNotWaitForTasksThatWillNotRun(t *testing.
 	for _, held := range heldPools {
 		t.Run(held.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := held.new(t)
+				p, to := held.new(t)
 				errCause := errors.New("gave up")
 				ctx, cancel := context.WithCancelCause(context.Background())
-				g := p.Group(ctx)
+				g := to.Group(ctx)
 				for range 5 {
 					g.Go(func(context.Context) error { t.Error("a skipped task ran"); return nil })
 				}
@@ -66,11 +80,11 @@ func TestMapAfterCancellationDoesNotWaitForItemsThatWillNotRun(t *testing.T) {
 	for _, held := range heldPools {
 		t.Run(held.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := held.new(t)
+				p, to := held.new(t)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
 				start := time.Now()
-				out, err := workerpool.Map(ctx, p, make([]int, 10), func(context.Context, int) (int, error) {
+				out, err := workerpool.Map(ctx, to, make([]int, 10), func(context.Context, int) (int, error) {
 					t.Error("an item ran")
 					return 0, nil
 				})

@@ -1,6 +1,7 @@
 package workerpool_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -134,10 +135,21 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.TrySubmit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitCtx(context.Background(), func() {}), workerpool.ErrStopped)
 	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
 	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	_, err = workerpool.Map(context.Background(), s, []int{1}, func(context.Context, int) (int, error) { return 0, nil })
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	g := s.Group(context.Background())
+	g.Go(func(context.Context) error { t.Error("a refused group task ran"); return nil })
+	assert.ErrorIs(t, g.Wait(), workerpool.ErrStopped)
 	assert.Nil(t, s.Stop())
-	s.Resize(3) // does nothing, and returns
+	s.StopWait() // returns
+	s.Resize(3)  // does nothing, and returns
+	st := s.Status()
+	assert.Zero(t, st.Submitted)
+	assert.Zero(t, st.Busy)
 }
 
 // A task that CallerRuns runs in its submitter is not the sub-pool's to
@@ -207,7 +219,9 @@ func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
 					if errors.Is(err, workerpool.ErrStopped) {
 						return
 					}
-					require.NoError(t, err)
+					if !assert.NoError(t, err) { // not require: FailNow only on the test's goroutine
+						return
+					}
 					accepted.Add(1)
 					runtime.Gosched()
 				}
@@ -216,7 +230,9 @@ func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
 		for range 100 {
 			require.NoError(t, b.Submit(func() {}))
 		}
-		time.Sleep(time.Millisecond)
+		for accepted.Load() < 50 {
+			runtime.Gosched() // stop mid-stream, not on a clock
+		}
 		returned := a.Stop()
 		stopped.Store(true)
 		wg.Wait()
@@ -237,54 +253,131 @@ func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
 }
 
 // A keyed or sub-pool task that panics or calls runtime.Goexit frees its
-// key and its place under the sub-pool's limit like any other: the next
-// task with its key runs, and the sub-pool's Status counts it.
+// key and its place under the sub-pool's limit like any other, whether the
+// panic handler returns or itself calls runtime.Goexit: the next task with
+// its key runs, and the sub-pool's Status counts it.
 func TestAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T) {
+	for _, handler := range []struct {
+		name string
+		h    func(*workerpool.PanicError)
+	}{
+		{"handler returns", func(*workerpool.PanicError) {}},
+		{"handler calls Goexit", func(*workerpool.PanicError) { runtime.Goexit() }},
+	} {
+		t.Run(handler.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testAPanicOrGoexitFreesItsKeyAndItsPlace(t, handler.h) })
+		})
+	}
+}
+
+func testAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T, handler func(*workerpool.PanicError)) {
+	p := workerpool.New(2, workerpool.WithPanicHandler(handler))
+	s := p.Subpool("s", 1)
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	for _, to := range []workerpool.Submitter{p, s} {
+		k := fmt.Sprintf("%T", to)
+		require.NoError(t, to.SubmitKey(k, func() { note(k + " panics"); panic("boom") }))
+		require.NoError(t, to.SubmitKey(k, func() { note(k + " exits"); runtime.Goexit() }))
+		require.NoError(t, to.SubmitKey(k, func() { note(k + " runs") }))
+	}
+	require.NoError(t, s.Submit(func() { panic("unkeyed") }))
+	require.NoError(t, s.Submit(func() { runtime.Goexit() }))
+	require.NoError(t, s.SubmitWait(func() {}), "the sub-pool's one place is free again")
+	p.StopWait()
+	for _, k := range []string{"*workerpool.Pool", "*workerpool.Subpool"} {
+		i := index(order, k+" panics")
+		require.GreaterOrEqual(t, i, 0, order)
+		assert.Less(t, i, index(order, k+" exits"))
+		assert.Less(t, index(order, k+" exits"), index(order, k+" runs"))
+	}
+	st := s.Status()
+	assert.Equal(t, uint64(6), st.Completed)
+	assert.Equal(t, uint64(2), st.Panicked)
+	assert.Zero(t, st.Busy)
+	assert.Equal(t, uint64(3), p.Status().Panicked, "the pool counts every panic")
+	ps := p.Status()
+	assert.Equal(t, ps.Submitted, ps.Completed, "at rest: %+v", ps)
+	assert.Zero(t, ps.Workers, "no worker left")
+}
+
+// TestASubpoolsStopEscalatesItsStopWait: a sub-pool's Stop during its
+// StopWait drops the tasks left and both return once the running one ends.
+func TestASubpoolsStopEscalatesItsStopWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
-		s := p.Subpool("s", 1)
-		var mu sync.Mutex
-		var order []string
-		note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-		for _, to := range []workerpool.Submitter{p, s} {
-			k := fmt.Sprintf("%T", to)
-			require.NoError(t, to.SubmitKey(k, func() { note(k + " panics"); panic("boom") }))
-			require.NoError(t, to.SubmitKey(k, func() { note(k + " exits"); runtime.Goexit() }))
-			require.NoError(t, to.SubmitKey(k, func() { note(k + " runs") }))
+		p := workerpool.New(2)
+		a := p.Subpool("a", 1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
 		}
-		require.NoError(t, s.Submit(func() { panic("unkeyed") }))
-		require.NoError(t, s.Submit(func() { runtime.Goexit() }))
-		require.NoError(t, s.SubmitWait(func() {}), "the sub-pool's one place is free again")
+		start := time.Now()
+		waited := make(chan time.Duration)
+		go func() { a.StopWait(); waited <- time.Since(start) }()
+		time.Sleep(1500 * time.Millisecond) // the second task runs
+		tasks := a.Stop()
+		assert.Equal(t, 2*time.Second, time.Since(start), "Stop waits for the running task")
+		assert.Equal(t, 2*time.Second, <-waited, "StopWait returns with it")
+		assert.Len(t, tasks, 3, "the tasks left come back")
+		assert.Equal(t, int64(2), ran.Load())
+		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
 		p.StopWait()
-		for _, k := range []string{"*workerpool.Pool", "*workerpool.Subpool"} {
-			i := index(order, k+" panics")
-			require.GreaterOrEqual(t, i, 0, order)
-			assert.Less(t, i, index(order, k+" exits"))
-			assert.Less(t, index(order, k+" exits"), index(order, k+" runs"))
-		}
-		st := s.Status()
-		assert.Equal(t, uint64(6), st.Completed)
-		assert.Equal(t, uint64(2), st.Panicked)
-		assert.Zero(t, st.Busy)
-		assert.Equal(t, uint64(3), p.Status().Panicked, "the pool counts every panic")
+		assert.Equal(t, uint64(3), a.Status().Abandoned)
 	})
 }
 
-// Once a sub-pool's Stop or StopWait returns, its Status says Stopped, on
-// the real scheduler, many times over.
-func TestASubpoolsStatusSaysStoppedOnceItsStopReturns(t *testing.T) {
-	p := workerpool.New(2)
-	defer p.Stop()
-	for i := range 5000 {
-		s := p.Subpool("s", 1)
-		require.NoError(t, s.Submit(func() {}))
-		if i%2 == 0 {
-			s.Stop()
-		} else {
-			s.StopWait()
-		}
-		if st := s.Status().State; st != workerpool.Stopped {
-			t.Fatalf("round %d: State = %v once its stop returned", i, st)
-		}
+// TestThePoolsStopWaitAndShutdownCoverEverySubpool: StopWait runs every
+// sub-pool's waiting tasks, keyed ones included; a Shutdown past its
+// deadline drops them and returns them, each queue's in order. Either way
+// the sub-pools refuse submissions afterwards and their Status is final.
+func TestThePoolsStopWaitAndShutdownCoverEverySubpool(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stop      func(t *testing.T, p *workerpool.Pool) []func()
+		abandoned uint64
+	}{
+		{"StopWait", func(_ *testing.T, p *workerpool.Pool) []func() { p.StopWait(); return nil }, 0},
+		{"Shutdown past its deadline", func(t *testing.T, p *workerpool.Pool) []func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second/2)
+			defer cancel()
+			tasks, err := p.Shutdown(ctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			return tasks
+		}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1)
+				a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+				require.NoError(t, p.Submit(func() { time.Sleep(time.Second) })) // the one worker is busy
+				var got []string
+				note := func(n string) func() { return func() { got = append(got, n) } }
+				require.NoError(t, a.Submit(note("a1")))
+				require.NoError(t, a.Submit(note("a2")))
+				require.NoError(t, a.SubmitKey("k", note("ak")))
+				require.NoError(t, b.SubmitKey("k", note("bk1")))
+				require.NoError(t, b.SubmitKey("k", note("bk2")))
+				tasks := tc.stop(t, p)
+				assert.Len(t, got, 5-int(tc.abandoned), "tasks that ran on workers")
+				for _, task := range tasks {
+					task()
+				}
+				assert.ElementsMatch(t, []string{"a1", "a2", "ak", "bk1", "bk2"}, got, "every task ran once, or came back")
+				assert.Less(t, index(got, "a1"), index(got, "a2"), "each queue's in order")
+				assert.Less(t, index(got, "bk1"), index(got, "bk2"))
+				var abandoned uint64
+				for _, s := range []*workerpool.Subpool{a, b} {
+					assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+					assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+					st := s.Status()
+					assert.Equal(t, workerpool.Stopped, st.State)
+					assert.Equal(t, st.Submitted, st.Completed+st.Abandoned, "%s at rest: %+v", s.Name(), st)
+					abandoned += st.Abandoned
+				}
+				assert.Equal(t, tc.abandoned, abandoned)
+				assert.Equal(t, tc.abandoned, p.Status().Abandoned)
+			})
+		})
 	}
 }
