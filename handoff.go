@@ -15,11 +15,12 @@ import (
 // back first:
 //   - a pause, before it takes hold (takeBack);
 //   - Stop and a passed Shutdown deadline, which drop them with the queue;
-//     a worker that receives a task after the deadline, before the
-//     dispatcher has taken the buffer back, drops it itself, and so does
-//     one that receives a task the dispatcher's take-back went past (see
-//     cutoff), so that the tasks that start are those before the cut
-//     (dropLate);
+//     a worker that receives a task the dispatcher's take-back went past
+//     drops it itself (see cutoff), so that the tasks a Stop lets start are
+//     exactly those before its cut; and a worker that receives a task once
+//     the deadline has passed drops it too, so that no task starts after
+//     the deadline, though a later task that another worker took just
+//     before it may have started (dropLate);
 //   - a bounded queue's backpressure counts the buffered tasks as waiting,
 //     and has the workers signal as they take them, so that Block
 //     submitters get in as soon as there is room (wantTaken); so do the
@@ -42,8 +43,9 @@ const (
 // past the cut: the workers took it, concurrently, after the dispatcher
 // took an earlier one. A worker that received its task before watchLate
 // was set received it before the take-back began, so its seq is below the
-// cut. Either way, the tasks that start are exactly those sent before the
-// cut, and the dropped ones all come after them.
+// cut. Either way, of the tasks Stop cuts, those that start are exactly
+// those sent before the cut, and the dropped ones all come after them. (A
+// Shutdown deadline also drops by the clock; see late.)
 type cutoff struct {
 	seq  uint64 // written before done is closed
 	done chan struct{}
