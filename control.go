@@ -44,7 +44,7 @@ func (p *Pool) Resize(n int) {
 func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 
 // WaitingQueueSize returns the number of tasks waiting for a worker.
-func (p *Pool) WaitingQueueSize() int { return p.stats.waitingNow(p.work) }
+func (p *Pool) WaitingQueueSize() int { return p.waitingNow() }
 
 // isStopping reports whether the dispatcher has stopped accepting tasks.
 func (p *Pool) isStopping() bool {

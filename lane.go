@@ -105,14 +105,11 @@ func (l *lane) countEnded() bool {
 // dropped, as its Status counts them, which includes a task on its way to
 // a worker; and at most those in its lane and the hand-off buffer, which
 // may hold other lanes' tasks. The lesser of the two is within the pool's
-// bound. The dispatcher is the only writer of the peak.
+// bound. Status raises the peak too, to the Waiting it reports.
 func (l *lane) notePeak(buffered int) {
 	st := &l.stats
 	n := int64(l.submitted) - int64(st.started.Load()) - int64(st.abandoned.Load())
-	n = min(n, int64(l.waiting+buffered))
-	if n > st.peakWaiting.Load() {
-		st.peakWaiting.Store(n)
-	}
+	raise(&st.peakWaiting, min(n, int64(l.waiting+buffered)))
 }
 
 // underLimit reports whether one more of the lane's tasks may be out.

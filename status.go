@@ -91,7 +91,7 @@ func (p *Pool) Status() Status {
 	panicked := s.panicked.Load()
 	callerRan := s.callerRan.Load()
 	workers, busy, done := s.workersAndTasks()
-	waiting := s.waitingNow(p.work)
+	waiting := p.waitingNow()
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
@@ -112,25 +112,37 @@ func (p *Pool) Status() Status {
 
 // waitingNow returns the tasks waiting for a worker: those in the queue,
 // which the dispatcher publishes, and those in the hand-off buffer, which
-// workers take from without telling it, less the quits in the buffer.
-func (s *stats) waitingNow(work chan job) int {
+// workers take from without telling it, less the quits in the buffer. A
+// task the dispatcher has just sent from a lane to the buffer is counted
+// twice until it publishes the lane's count, so the sum is held to the
+// bound, which the tasks waiting never exceed.
+func (p *Pool) waitingNow() int {
+	s := &p.stats
 	// Read the quits received before those sent, so that quits is never
 	// less than those in the buffer.
 	received := s.quitsReceived.Load()
 	quits := int(s.quitsSent.Load() - received)
-	return max(int(s.waiting.Load())+len(work)-quits, 0)
+	n := max(int(s.waiting.Load())+len(p.work)-quits, 0)
+	if bound := p.cfg.maxWaiting; bound > 0 {
+		n = min(n, bound)
+	}
+	return n
 }
 
 // peakAtLeast records n as PeakWaiting if it is higher, and returns
 // PeakWaiting. The dispatcher records the peaks it sees; tasks that workers
 // take from the hand-off buffer meanwhile may make Status see others.
-func (s *stats) peakAtLeast(n int) int {
+func (s *stats) peakAtLeast(n int) int { return int(raise(&s.peakWaiting, int64(n))) }
+
+// raise sets peak to n if n is higher, and returns the peak. Several
+// goroutines may raise it at once; it never falls.
+func raise(peak *atomic.Int64, n int64) int64 {
 	for {
-		peak := s.peakWaiting.Load()
-		if int64(n) <= peak {
-			return int(peak)
+		old := peak.Load()
+		if n <= old {
+			return old
 		}
-		if s.peakWaiting.CompareAndSwap(peak, int64(n)) {
+		if peak.CompareAndSwap(old, n) {
 			return n
 		}
 	}

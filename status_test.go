@@ -174,12 +174,6 @@ func TestSubpoolStatusStaysInRangeInEverySnapshot(t *testing.T) {
 // more of them panicked than completed, more than three tasks waiting, or a PeakWaiting above three, and a
 // sub-pool's PeakWaiting, the highest Waiting seen, never falls.
 func TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot(t *testing.T) {
-	t.Skip("library bug: Subpool.Status reads its ended tasks before its started ones, so " +
-		"Busy exceeds the limit (10 under a limit of 2 with -race), and Panicked exceeds " +
-		"Completed while a handler runs; with sub-pools, Pool.Status " +
-		"and Subpool.Status count a task moving to a worker twice (Waiting 4-5 under " +
-		"WithMaxWaiting(3), and the pool keeps PeakWaiting 4); Subpool.Status's PeakWaiting " +
-		"falls between snapshots; see the review report")
 	const bound, limit = 3, 2
 	p := workerpool.New(4, workerpool.WithMaxWaiting(bound), // Block
 		workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))

@@ -155,29 +155,42 @@ func (s *Subpool) Resize(n int) {
 // PeakWaiting, with MaxWorkers its limit and State its stage (or the
 // pool's, while it is running). The fields about workers are zero: a
 // sub-pool's tasks run on the pool's workers, which [Pool.Status] counts.
-// As there, each field is read on its own; Busy <= MaxWorkers, unless a
-// Resize lowered it while more ran.
+// As there, each field is read on its own, in an order that keeps each
+// part within its whole: Panicked <= Completed <= Submitted, Busy <=
+// MaxWorkers (unless a Resize lowered it while more ran), and Waiting <=
+// PeakWaiting <= the pool's bound.
 func (s *Subpool) Status() Status {
 	st := &s.lane.stats
+	// Workers count a task ended before panicked, and the dispatcher
+	// counts it submitted before it starts: reading the parts first keeps
+	// them within their wholes. Busy and Waiting are differences: reading
+	// the amount subtracted last can only make them smaller.
 	panicked := st.panicked.Load()
 	callerRan := st.callerRan.Load()
-	ended := st.ended.Load()
+	completed := st.ended.Load() + callerRan
+	submitted := st.submitted.Load()
+	callerSubmitted := st.callerSubmitted.Load()
 	started := st.started.Load()
 	abandoned := st.abandoned.Load()
-	submitted := st.submitted.Load()
+	ended := st.ended.Load()
 	state := State(st.state.Load())
 	if state == Running {
 		state = State(s.p.stats.state.Load())
 	}
+	// A task on its way to a worker, not yet counted started, is counted
+	// here but not against the bound: at most the bound wait.
 	waiting := max(int(submitted)-int(started)-int(abandoned), 0)
+	if bound := s.p.cfg.maxWaiting; bound > 0 {
+		waiting = min(waiting, bound)
+	}
 	return Status{
 		State:       state,
 		MaxWorkers:  int(st.limit.Load()),
 		Busy:        max(int(started)-int(ended), 0),
 		Waiting:     waiting,
-		PeakWaiting: int(max(st.peakWaiting.Load(), int64(waiting))),
-		Submitted:   submitted + st.callerSubmitted.Load(),
-		Completed:   ended + callerRan,
+		PeakWaiting: int(raise(&st.peakWaiting, int64(waiting))),
+		Submitted:   submitted + callerSubmitted,
+		Completed:   completed,
 		Panicked:    panicked,
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,

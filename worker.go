@@ -250,10 +250,10 @@ func (p *Pool) run(t job, w *worker) {
 		case w != nil && (t.lane != nil || t.line != nil):
 			p.report(t, pe != nil)
 		case w == nil && t.lane != nil: // a sub-pool's task, run by CallerRuns
-			if pe != nil {
-				t.lane.stats.panicked.Add(1)
-			}
 			t.lane.stats.callerRan.Add(1)
+			if pe != nil {
+				t.lane.stats.panicked.Add(1) // after callerRan: Panicked <= Completed
+			}
 		}
 	}()
 	defer func() {
@@ -296,10 +296,10 @@ func (p *Pool) taskDone(w *worker, panicked bool) {
 // sub-pool has room under its limit, its key may go again.
 func (p *Pool) report(t job, panicked bool) {
 	if l := t.lane; l != nil {
-		if panicked {
-			l.stats.panicked.Add(1) // before ended: Panicked <= Completed
-		}
 		l.stats.ended.Add(1)
+		if panicked {
+			l.stats.panicked.Add(1) // after ended: Panicked <= Completed
+		}
 	}
 	if line := t.line; line != nil {
 		for {
