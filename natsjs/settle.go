@@ -19,7 +19,7 @@ var errHandlerPanicked = errors.New("natsjs: handler panicked or called runtime.
 // handed m back first, and settles m.
 func (r *run) runTask(m *message) {
 	r.mu.Lock()
-	if m.stage != waiting || r.stopping {
+	if m.stage != waiting || r.ctx.Err() != nil {
 		// Stopping: the puller hands m back, if it has not already and
 		// the task outlived its message, perhaps its run.
 		r.mu.Unlock()
@@ -45,14 +45,14 @@ func (r *run) runTask(m *message) {
 		defer r.running.Done()
 		r.settle(m, err)
 	}()
-	err = r.h(r.handlerCtx, m)
+	err = r.h(r.ctx, m)
 }
 
 // settle ends the stay of m, whose handler failed with err: it hands m
 // back with the backoff or, on m's last delivery, it dead-letters and
 // terminates m. Then it gives m's slot back.
 func (r *run) settle(m *message, err error) {
-	if r.handlerCtx.Err() != nil && r.leaveToStop(m) {
+	if r.ctx.Err() != nil && r.leaveToStop(m) {
 		return
 	}
 	defer r.release(m)
@@ -76,7 +76,7 @@ func (r *run) settle(m *message, err error) {
 		_ = m.Msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
 		return
 	}
-	if r.handlerCtx.Err() != nil {
+	if r.ctx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
 		// ctx, after the stop's hand-back: another process may take the
 		// message at once.

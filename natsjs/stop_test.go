@@ -221,3 +221,41 @@ func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
 	assert.True(t, handlerCtxDone.Load())
 	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
 }
+
+func TestNoHandlerStartsOnceConsumesContextIsDone(t *testing.T) {
+	const jobs = 10
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	// One worker, every job held: the first handler cancels Consume's ctx
+	// and returns, freeing the worker while nine messages wait for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var started atomic.Int32
+	err := natsjs.Consume(ctx, newPool(t, 1), cons, func(hctx context.Context, msg jetstream.Msg) error {
+		if started.Add(1) > 1 {
+			t.Errorf("handler of job %s started after ctx was done (ctx: %v)", msg.Data(), ctx.Err())
+			return nil
+		}
+		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
+		cancel()
+		assert.Error(t, hctx.Err(), "the handler's ctx is not done once Consume's is")
+		return nil
+	}, natsjs.WithMaxInFlight(jobs))
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), started.Load())
+	assert.Equal(t, uint64(jobs-1), streamMsgs(t, js, "JOBS"), "the handled job was not acked")
+
+	// The nine never started were handed back: another process gets them.
+	handedBack := time.Now()
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == jobs-1 }, "the waiting jobs were not handed back")
+	assert.Less(t, time.Since(handedBack), soon)
+	require.NoError(t, stopB())
+}
