@@ -109,6 +109,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	p := workerpool.New(1)
 	release := make(chan struct{})
 	started := make(chan string, jobs)
+	var ctxDone atomic.Bool // the running handler's ctx, once released
 	ta := newTally()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -117,6 +118,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 		consumed <- natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
 			started <- string(msg.Data())
 			<-release
+			ctxDone.Store(ctx.Err() != nil)
 			ta.add(msg)
 			return nil
 		}, natsjs.WithMaxInFlight(jobs))
@@ -145,6 +147,8 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 		task()
 	}
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
+	// The hand-back B saw comes after the stop: the handler's ctx was done.
+	assert.True(t, ctxDone.Load(), "the handler's ctx was not done after its pool stopped")
 	assert.Len(t, started, 0)
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
 	require.NoError(t, stopB())
