@@ -119,9 +119,7 @@ func (r *run) ackBatch(batch []*message) {
 	}
 	r.mu.Unlock()
 	r.releaseSlots(len(batch))
-	for range batch {
-		r.running.Done()
-	}
+	r.running.Add(-len(batch))
 }
 
 // The methods that settle a message, as the handler sees it: each records

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatchkit/workerpool"
 	"github.com/dispatchkit/workerpool/natsjs"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -97,25 +98,43 @@ func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
 
 func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T) {
 	const ackWait = 2 * time.Second // progress every 667ms: slack for a loaded machine
-	const jobs = 3
-	s := startServer(t)
-	_, js := connect(t, s)
-	cons := workQueue(t, js, ackWait, 0)
-	publishJobs(t, js, jobs)
+	// One worker; each job runs for 1.5 AckWaits. In the pool's unbounded
+	// queue, the second job waits for more than AckWait and the third for
+	// more than twice. Behind a queue bounded at one, the third waits in
+	// Consume for more than AckWait while the feeder waits for room or
+	// retries; when the caller runs, the feeder runs the third job itself
+	// and the fourth waits in Consume meanwhile.
+	cases := []struct {
+		name string
+		jobs int
+		opts []workerpool.Option
+	}{
+		{"unbounded queue", 3, nil},
+		{"bounded queue that blocks", 3, []workerpool.Option{workerpool.WithMaxWaiting(1)}},
+		{"bounded queue that rejects", 3, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
+		{"bounded queue whose caller runs", 4, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits on AckWaits, not on the CPU
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, ackWait, 0)
+			publishJobs(t, js, tc.jobs)
 
-	// One worker: the second job waits in the pool for more than AckWait
-	// and the third for more than twice; each runs for 1.5 AckWaits.
-	ta := newTally()
-	stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
-		ta.add(msg)
-		time.Sleep(ackWait * 3 / 2)
-		return nil
-	}, natsjs.WithMaxInFlight(jobs))
+			ta := newTally()
+			stop := consuming(t, newPool(t, 1, tc.opts...), cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				time.Sleep(ackWait * 3 / 2)
+				return nil
+			}, natsjs.WithMaxInFlight(tc.jobs))
 
-	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
-	require.NoError(t, stop())
-	requireEachOnce(t, ta, jobs)
-	assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
+			require.NoError(t, stop())
+			requireEachOnce(t, ta, tc.jobs)
+			assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
+		})
+	}
 }
 
 func TestAHandlersContextIsDoneWhenConsumesIs(t *testing.T) {

@@ -137,9 +137,8 @@ func (r *run) register(msg jetstream.Msg) {
 	r.mu.Lock()
 	r.held[m] = struct{}{}
 	r.waiting.Add(1)
-	stopping := r.stopping
 	r.mu.Unlock()
-	if stopping {
+	if r.ctx.Err() != nil {
 		return // the puller hands m back
 	}
 	// Only the puller adds to feeding, so if it is 0 every earlier message
@@ -173,12 +172,7 @@ func (r *run) feed() {
 func (r *run) submit(m *message) {
 	var pause time.Duration // while the pool's bounded queue rejects
 	for {
-		r.mu.Lock()
-		stopping := r.stopping
-		r.mu.Unlock()
-		if stopping {
-			return
-		}
+		// Returns ctx.Err() at once once r.ctx is done: the stop.
 		err := r.p.SubmitCtx(r.ctx, m.task)
 		switch {
 		case err == nil:

@@ -14,10 +14,10 @@ import (
 // puller (Consume's own goroutine), which takes slots, pulls, registers
 // messages, submits them to the pool when that takes no waiting and, at
 // the end, hands back the ones not started; the feeder, which submits the
-// others; the watcher, which sends progress, watches the pool and tells the
-// handlers of a stop; the pool's workers, which run handlers and settle the
-// messages that failed; and the acker, which acks the handled messages and
-// confirms the acks (see ack.go).
+// others; the watcher, which sends progress and watches the pool; the
+// pool's workers, which run handlers and settle the messages that failed;
+// and the acker, which acks the handled messages and confirms the acks (see
+// ack.go).
 //
 // A stop hands messages back only once no pull is outstanding: the server
 // redelivers a Nak'd message at once, to any pull waiting, and that could be
@@ -37,16 +37,14 @@ type run struct {
 	// idle process, which delay its timers (see newRun).
 	pullAt, ackAt int
 
-	// ctx is the run's stop signal: done when Consume's ctx is, or when
-	// the run ends for another reason, which is then in err.
+	// ctx is the run's stop signal, and the handlers' ctx: done when
+	// Consume's ctx is, or when the run ends for another reason, which is
+	// then in err. Once it is done no handler starts and no message goes
+	// to the pool: they wait for the puller to hand them back. One signal
+	// for both, so that a handler that returns because its ctx is done
+	// cannot free a worker that starts the next waiting message.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// handlerCtx is the handlers' ctx. The watcher cancels it once it has
-	// set stopping after ctx is done, so that no handler starts once one
-	// sees its ctx done: a handler returning on it frees a worker that
-	// would otherwise start the next waiting message.
-	handlerCtx    context.Context
-	cancelHandler context.CancelFunc
 
 	// slots is the in-flight bound: the puller sends to take a slot before
 	// it pulls, and whoever ends a message's stay receives to give its slot
@@ -68,10 +66,6 @@ type run struct {
 	// held is every message taken and not yet settled or handed back, with
 	// its stage. Guarded by mu.
 	held map[*message]struct{}
-	// stopping is set once, by the watcher when ctx is done; from then on
-	// no handler starts and no message goes to the pool: they wait for the
-	// puller to hand them back. Guarded by mu.
-	stopping bool
 	// handingBack is set once, by the puller when no pull is outstanding
 	// any more and it hands back the waiting messages; from then on a
 	// message is handed back at once. Guarded by mu.
@@ -80,8 +74,8 @@ type run struct {
 	// Guarded by mu.
 	err error
 	// running counts the handlers started. Add is called only under mu
-	// while stopping is false, so every Add happens before the Wait that
-	// follows setting stopping.
+	// while ctx is not done; the puller, which waits, has seen ctx done
+	// before it takes mu to hand back, so every Add happens before Wait.
 	running sync.WaitGroup
 	// waiting counts the held messages in stage waiting, which the
 	// workers are yet to start. It changes under mu, with a stage, and is
@@ -145,7 +139,6 @@ func newRun(ctx context.Context, p *workerpool.Pool, cons jetstream.Consumer, h 
 		ackWake:    make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
-	r.handlerCtx, r.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
 	return r
 }
 
@@ -172,8 +165,7 @@ func (r *run) run() error {
 	r.pull()
 
 	// No pull is outstanding: hand back, at once, every message whose
-	// handler has not started. None will start now (stopping is set).
-	r.stop()
+	// handler has not started. None will start now (r.ctx is done).
 	r.handBackWaiting()
 	// The feeder drains queue, submitting nothing more, and exits.
 	close(r.queue)
@@ -203,15 +195,13 @@ func (r *run) end(err error) {
 	r.cancel()
 }
 
-// watch sends progress for every held message each progress interval,
-// checks the pool every poolPoll, and stops the handlers as soon as r.ctx
-// is done, until exit is closed.
+// watch sends progress for every held message each progress interval and
+// checks the pool every poolPoll, until exit is closed.
 func (r *run) watch(exit <-chan struct{}) {
 	progress := time.NewTicker(r.cfg.progress)
 	defer progress.Stop()
 	poll := time.NewTicker(poolPoll)
 	defer poll.Stop()
-	stop := r.ctx.Done()
 	var msgs []jetstream.Msg // reused between ticks
 	for {
 		select {
@@ -229,11 +219,6 @@ func (r *run) watch(exit <-chan struct{}) {
 			}
 			// Handled messages wait for a batch at most until now.
 			r.ackNow()
-		case <-stop:
-			// No handler may start from now on, while the puller waits
-			// for its last pull; only then are the handlers told.
-			r.stop()
-			stop = nil
 		case <-exit:
 			return
 		}
@@ -250,17 +235,8 @@ func (r *run) heldMsgs(buf []jetstream.Msg) []jetstream.Msg {
 	return buf
 }
 
-// stop sets stopping, so that no handler starts, then cancels the
-// handlers' ctx.
-func (r *run) stop() {
-	r.mu.Lock()
-	r.stopping = true
-	r.mu.Unlock()
-	r.cancelHandler()
-}
-
 // handBackWaiting hands back every message whose handler has not started.
-// Only the puller calls it, once no pull is outstanding and stopping is set.
+// Only the puller calls it, once no pull is outstanding and r.ctx is done.
 func (r *run) handBackWaiting() {
 	var back []*message
 	r.mu.Lock()

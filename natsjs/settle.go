@@ -19,7 +19,7 @@ var errHandlerPanicked = errors.New("natsjs: handler panicked or called runtime.
 // handed m back first, and settles m.
 func (r *run) runTask(m *message) {
 	r.mu.Lock()
-	if m.stage != waiting || r.stopping {
+	if m.stage != waiting || r.ctx.Err() != nil {
 		// Stopping: the puller hands m back, if it has not already and
 		// the task outlived its message, perhaps its run.
 		r.mu.Unlock()
@@ -45,25 +45,26 @@ func (r *run) runTask(m *message) {
 		defer r.running.Done()
 		r.settle(m, err)
 	}()
-	err = r.h(r.handlerCtx, m)
+	err = r.h(r.ctx, m)
 }
 
 // settle ends the stay of m, whose handler failed with err: it hands m
 // back with the backoff or, on m's last delivery, it dead-letters and
 // terminates m. Then it gives m's slot back.
 func (r *run) settle(m *message, err error) {
-	if r.handlerCtx.Err() != nil && r.leaveToStop(m) {
+	delivery := uint64(1)
+	if md, mdErr := m.Msg.Metadata(); mdErr == nil {
+		delivery = md.NumDelivered
+	}
+	last := r.maxDeliver > 0 && delivery >= uint64(r.maxDeliver)
+	if !last && r.ctx.Err() != nil && r.leaveToStop(m) {
 		return
 	}
 	defer r.release(m)
 	// Settling goes on after a stop: it is how a stop finishes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
 	defer cancel()
-	delivery := uint64(1)
-	if md, mdErr := m.Msg.Metadata(); mdErr == nil {
-		delivery = md.NumDelivered
-	}
-	if r.maxDeliver > 0 && delivery >= uint64(r.maxDeliver) {
+	if last {
 		// The server will not deliver m again: unless m goes elsewhere, a
 		// work-queue stream keeps it for ever.
 		if r.cfg.deadLetterJS != nil {
@@ -76,7 +77,7 @@ func (r *run) settle(m *message, err error) {
 		_ = m.Msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
 		return
 	}
-	if r.handlerCtx.Err() != nil {
+	if r.ctx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
 		// ctx, after the stop's hand-back: another process may take the
 		// message at once.
@@ -90,16 +91,11 @@ func (r *run) settle(m *message, err error) {
 	}
 }
 
-// leaveToStop makes m, whose handler failed during a stop, wait again, to
-// be handed back at once by the stop, as a message that never started is,
-// unless its last delivery is due or the stop has handed back already. It
-// reports whether it did.
+// leaveToStop makes m, whose handler failed during a stop on a delivery
+// before its last, wait again, to be handed back at once by the stop, as a
+// message that never started is, unless the stop has handed back already.
+// It reports whether it did.
 func (r *run) leaveToStop(m *message) bool {
-	if r.maxDeliver > 0 {
-		if md, err := m.Msg.Metadata(); err != nil || md.NumDelivered >= uint64(r.maxDeliver) {
-			return false
-		}
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.handingBack {

@@ -109,6 +109,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	p := workerpool.New(1)
 	release := make(chan struct{})
 	started := make(chan string, jobs)
+	var ctxDone atomic.Bool // the running handler's ctx, once released
 	ta := newTally()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -117,6 +118,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 		consumed <- natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
 			started <- string(msg.Data())
 			<-release
+			ctxDone.Store(ctx.Err() != nil)
 			ta.add(msg)
 			return nil
 		}, natsjs.WithMaxInFlight(jobs))
@@ -145,6 +147,8 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 		task()
 	}
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
+	// The hand-back B saw comes after the stop: the handler's ctx was done.
+	assert.True(t, ctxDone.Load(), "the handler's ctx was not done after its pool stopped")
 	assert.Len(t, started, 0)
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
 	require.NoError(t, stopB())
@@ -163,9 +167,7 @@ func TestConsumeOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
 		return nil
 	})
 	assert.ErrorIs(t, err, workerpool.ErrStopped)
-	info := consumerInfo(t, cons)
-	assert.Zero(t, info.NumAckPending)
-	assert.Equal(t, uint64(3), info.NumPending)
+	requireTookNothing(t, cons, 3)
 }
 
 func TestConsumeWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
@@ -181,9 +183,18 @@ func TestConsumeWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
 		return nil
 	})
 	assert.NoError(t, err)
+	requireTookNothing(t, cons, 3)
+}
+
+// requireTookNothing checks that the server delivered none of the n
+// messages published to cons, which are all still pending. The server
+// counts a consumer's pending messages some time after it stored them.
+func requireTookNothing(t *testing.T, cons jetstream.Consumer, n int) {
+	t.Helper()
 	info := consumerInfo(t, cons)
+	assert.Zero(t, info.Delivered.Consumer, "a message was delivered")
 	assert.Zero(t, info.NumAckPending)
-	assert.Equal(t, uint64(3), info.NumPending)
+	eventually(t, func() bool { return consumerInfo(t, cons).NumPending == uint64(n) }, "messages not pending")
 }
 
 func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
@@ -220,4 +231,42 @@ func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
 	}
 	assert.True(t, handlerCtxDone.Load())
 	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
+}
+
+func TestNoHandlerStartsOnceConsumesContextIsDone(t *testing.T) {
+	const jobs = 10
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	// One worker, every job held: the first handler cancels Consume's ctx
+	// and returns, freeing the worker while nine messages wait for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var started atomic.Int32
+	err := natsjs.Consume(ctx, newPool(t, 1), cons, func(hctx context.Context, msg jetstream.Msg) error {
+		if started.Add(1) > 1 {
+			t.Errorf("handler of job %s started after ctx was done (ctx: %v)", msg.Data(), ctx.Err())
+			return nil
+		}
+		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
+		cancel()
+		assert.Error(t, hctx.Err(), "the handler's ctx is not done once Consume's is")
+		return nil
+	}, natsjs.WithMaxInFlight(jobs))
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), started.Load())
+	assert.Equal(t, uint64(jobs-1), streamMsgs(t, js, "JOBS"), "the handled job was not acked")
+
+	// The nine never started were handed back: another process gets them.
+	handedBack := time.Now()
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == jobs-1 }, "the waiting jobs were not handed back")
+	assert.Less(t, time.Since(handedBack), soon)
+	require.NoError(t, stopB())
 }

@@ -87,15 +87,11 @@ func runCluster(jobs, workers, pool int, kill bool) error {
 	} else {
 		fmt.Printf("JetStream server at %s (NATS_URL)\n", url)
 	}
-	nc, err := nats.Connect(url)
+	nc, js, err := connect(url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if err := setUp(ctx, js); err != nil {
 		return err
 	}
@@ -152,6 +148,21 @@ func startServer() (*server.Server, string, error) {
 		return nil, "", errors.New("embedded server not ready")
 	}
 	return s, dir, nil
+}
+
+// connect connects to the server at url, with opts, and returns the
+// connection and its JetStream context.
+func connect(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // setUp creates, afresh, the jobs stream with its consumer and the results

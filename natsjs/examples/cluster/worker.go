@@ -20,15 +20,11 @@ import (
 func runWorker(id int, url string, size int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	nc, err := nats.Connect(url, nats.Name("cluster worker "+strconv.Itoa(id)))
+	nc, js, err := connect(url, nats.Name("cluster worker "+strconv.Itoa(id)))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	cons, err := js.Consumer(ctx, jobsStream, consumerName)
 	if err != nil {
 		return err
