@@ -52,6 +52,8 @@ var peers = []peer{
 	{"errgroup", "x/sync/errgroup with SetLimit", true, newErrgroup},
 	{"chanpool", "hand-written channel pool", true, newChanPool},
 	{"goroutines", "go + sync.WaitGroup (unbounded)", false, newGoroutines},
+	{"floor-buffered", "the floor: the shape alone, buffered hand-off", true, newFloorBuffered},
+	{"floor-direct", "the floor: the shape alone, direct hand-off", true, newFloorDirect},
 }
 
 // findPeer returns the peer called name.

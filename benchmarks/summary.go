@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -77,7 +78,11 @@ type table struct {
 
 // isOther reports whether p can be the "best other" pool that ours is
 // compared with: any pool but ours that honours the worker limit.
-func isOther(p peer) bool { return p.name != "ours" && p.bounded }
+func isOther(p peer) bool { return p.name != "ours" && p.bounded && !isFloor(p) }
+
+// isFloor reports whether p is one of the two floor subjects (floor.go):
+// not a peer, but the cost of the shape alone.
+func isFloor(p peer) bool { return strings.HasPrefix(p.name, "floor-") }
 
 // Targets of the performance issue: ours over gammazero/workerpool, the one
 // peer of the same shape, in every workload; ours over the ideal wall time
