@@ -14,7 +14,7 @@ import (
 // at once. A ctx that is never done pauses the pool until it is stopped.
 func (p *Pool) Pause(ctx context.Context) {
 	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
-	if !p.send(r, p.stopping, ctx.Done()) {
+	if !p.sendRequest(r, p.stopping, ctx.Done()) {
 		return
 	}
 	select {

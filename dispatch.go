@@ -1,74 +1,54 @@
 package workerpool
 
 import (
-	"context"
+	"runtime"
+	"slices"
+	"sync"
 
 	"github.com/gammazero/deque"
 )
 
-// A dispatcher is the state of the pool's one dispatcher goroutine. It owns
-// every field here: nothing else reads or writes them, so no field needs a
-// lock. What others may see is published to p.stats with atomic stores.
+// A dispatcher is the state of the pool's one dispatcher goroutine, which
+// owns every field here: nothing else reads or writes them, so none needs
+// a lock. What others may see it publishes in Pool.stats.
 //
-// This file holds the loop; place.go the placement of tasks; lane.go and
-// turns.go the lanes of waiting tasks and their turns; handoff.go the
-// hand-off buffer; request.go the requests (pause, resize, stop, deadline)
-// and the exit; reap.go the reaping of idle workers.
+// Its loop receives, asks the scheduler, and acts. It receives submissions
+// and requests, and the signals of workers; it asks the scheduler where a
+// task goes and which goes next; and it acts: it sends tasks to workers,
+// starts workers, and answers requests.
 //
-// Workers wait for tasks on the shared channel p.work. A send on it goes
+// Workers wait for tasks on the shared channel Pool.work. A send on it goes
 // straight to the worker parked longest, if one is; else into the channel's
-// small buffer, the hand-off buffer, from which the next worker to come
-// free takes it without waiting for the dispatcher to run. No worker
-// reports back after a task, and an idle worker costs the dispatcher
-// nothing. Between loop iterations the dispatcher keeps this invariant,
-// which makes every placement decision local: if a lane has a task that may
-// start and the pool is not paused, then workers >= max, the hand-off
-// buffer is full (or, while lanes take turns, holds a task), and the loop
-// offers the next task on p.work, so the buffer is topped up as workers take
-// from it. Tasks therefore leave each lane, and the buffer, in the order the
-// pool accepted them.
+// small buffer, the hand-off buffer (see handoff.go). Between iterations
+// the loop keeps this invariant: if a task waiting in the scheduler may
+// start and the pool is not paused, then there are as many workers as the
+// maximum, and the buffer is full (or, while lanes take turns, holds a
+// task), so that every worker that comes free finds its next task.
 type dispatcher struct {
-	p *Pool
+	p     *Pool
+	sched *scheduler
+	max   int        // the current maximum of workers (Resize changes it)
+	subs  []*Subpool // the sub-pools whose tasks the loop has seen, by lane id
+	stops []*request // sub-pools' Stop and StopWait requests, waiting for their lanes to be idle
+	dead  []handOff  // tasks dropped by Stop or a Shutdown deadline, for Stop to return
+	got   []report   // reports taken from Pool.reports, reused
+	// all lists the workers started and not yet forgotten (see survey);
+	// retiredDone and retiredReceived sum what the forgotten ones did.
+	all                          []*worker
+	retiredDone, retiredReceived uint64
 
-	// own is the pool's own lane; ring lists the lanes with waiting tasks,
-	// in the order of their turns (see turns.go); waiting counts their
-	// tasks. busy lists the sub-pools' lanes with tasks out, whose ends
-	// seeEnds looks for, and freeLines keeps key lines for reuse.
-	own       lane
-	ring      []*lane
-	waiting   int
-	busy      []*lane
-	freeLines []*keyLine
-	// offered is the lane, key line and ring position of the task the
-	// loop offers on p.work, for commit.
-	offered     *lane
-	offeredLine *keyLine
-	offeredAt   int
-	linesOut    int // key lines with a task out, whose ends seeEnds looks for
-	// bufLane is the lane whose tasks the hand-off buffer may hold, unless
-	// bufMixed says it may hold tasks of several lanes.
+	// handed counts the tasks given to workers (less those taken back)
+	// and quits the quits: together, what workers received or will. sent
+	// numbers the tasks sent on Pool.work, for the cut.
+	handed, quits, sent uint64
+	submitted           uint64 // tasks accepted; published as stats.submitted
+	unplaced            int    // tasks accepted in a row that had to wait; see letWorkersRun
+	wants               uint32 // what Pool.wants holds
+
+	// bufLane is the lane whose tasks the hand-off buffer holds, unless
+	// bufMixed says it may hold tasks of several.
 	bufLane  *lane
 	bufMixed bool
-	subpools bool    // the pool has a sub-pool (see deep)
-	stopping []*lane // sub-pools' lanes with Stop or StopWait requests waiting
-
-	workers int // worker goroutines counted in: parked, busy or starting
-	max     int // the current maximum (Resize changes it)
-	// all lists the workers started and not yet forgotten (see survey);
-	// retired sums what the forgotten ones did.
-	all     []*worker
-	retired struct{ done, received uint64 }
-	// handed counts the tasks given to workers (sent on p.work, less those
-	// taken back) and quits the zero jobs sent to tell workers to exit:
-	// together, what workers received or will. quitsCounted is how many of
-	// those workers are counted out of workers (see quitSent).
-	handed, quits, quitsCounted uint64
-	sent                        uint64 // sends of tasks on p.work; a task's seq
-	submitted                   uint64 // tasks accepted; published as stats.submitted
-	// unplaced counts the tasks accepted in a row that went to the queue;
-	// see letWorkersRun.
-	unplaced int
-	wants    uint32 // what p.wants holds
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
@@ -76,6 +56,8 @@ type dispatcher struct {
 	pauses   deque.Deque[*request]
 
 	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
+	cut      bool // Stop or a passed deadline dropped the queue: drop what comes
+	down     bool // the loop has ended and Pool.work is closed (see windDown)
 	// deadline is closed once the first of the Shutdown contexts is done;
 	// see checkDeadline.
 	deadline <-chan struct{}
@@ -84,205 +66,381 @@ type dispatcher struct {
 }
 
 // run is the dispatcher goroutine. It returns, closing p.done, once the pool
-// is stopped, the queue is empty and every worker has exited.
+// is stopped, every task it accepted has ended or been dropped, and every
+// goroutine it started has exited.
 func (d *dispatcher) run() {
 	p := d.p
-	defer close(p.done)
 	for !d.finished() {
-		if d.checkDeadline() {
-			continue // the queue is empty now
-		}
-		d.seeQuits()
-		if !d.draining && !d.paused && d.waiting == 0 && d.workers <= d.max && d.wants == 0 && len(d.stopping) == 0 && d.room() {
-			// The common case: nothing to offer the workers and nothing
-			// to watch but submissions, so a plain receive will do, which
-			// is cheaper than a select. Requests come on p.tasks too.
-			// d.wants is as the last iteration set it; what a request
-			// handled since may have changed is looked at here: with
-			// nothing waiting, only a sub-pool's stop waiting for its
-			// tasks to end makes ends matter (see endsMatter).
+		if d.quiet() {
+			// The common case: nothing to hand out and nothing to watch
+			// but submissions, so a plain receive will do, which is
+			// cheaper than a select. Requests come on p.tasks too.
 			d.receive(<-p.tasks)
 			continue
 		}
-		if d.workers < d.max {
-			// A waiting task may start once a task of its sub-pool or its
-			// key ends, or once another lane's task must wait: a new
-			// worker takes it.
-			d.fill()
+		if d.settle() {
+			continue // something changed meanwhile: look again
 		}
-		// Receive a submission only when it can be placed, so that Block
+		// Receive submissions only while the queue has room, so that Block
 		// submitters wait in their send while a bounded queue is full.
-		// Meanwhile offer reject, which answers the submitters that do not
-		// wait. Both cases are off once draining. The wants are set before
-		// room is looked at, so that a worker making room is seen or
-		// signals (see updateWants). So are they before the quits
-		// received are counted: a worker that takes a quit after that
-		// count sees wantTaken and signals.
-		d.updateWants()
-		if d.seeQuits() {
-			continue // fewer workers: look again
-		}
-		if d.wants&wantEnds != 0 && d.countEnds() {
-			// Sub-pools' tasks ended before the workers were asked to
-			// signal their ends (see endsMatter): look again.
-			d.fill()
-			continue
-		}
-		if d.finished() {
-			// The workers took the last buffered tasks since the loop
-			// looked, before the wants asked them to signal: done.
-			break
-		}
-		var tasks <-chan job
-		var reject chan<- struct{}
-		if !d.draining {
-			if d.room() {
-				tasks = p.tasks
-			} else {
-				reject = p.reject
-			}
-		}
-		// Offer a surplus worker the zero job, which tells it to exit, else
-		// the next task, to the hand-off buffer or the first worker to come
-		// free.
-		var work chan<- job
-		var next job
-		switch {
-		case d.workers-d.quitting() > d.max:
-			work = p.work
-		case !d.paused && (d.deep() || len(p.work) == 0):
-			if t, ok := d.offer(); ok {
-				work, next = p.work, t
-			}
-		}
-		// Requests come on p.tasks while it is received; p.control is
-		// watched only when it is not, as a select locks every channel it
-		// watches, and p.tasks is the most contended lock of all.
+		// Meanwhile requests come on p.control: a select locks every
+		// channel it watches, and p.tasks is the most contended of all.
+		var tasks <-chan message
 		var control <-chan *request
-		if tasks == nil {
+		var reject chan<- struct{}
+		switch {
+		case d.receiving():
+			tasks = p.tasks
+		case !d.draining:
+			control, reject = p.control, p.reject
+		default:
 			control = p.control
 		}
-		var wake <-chan struct{}
-		if d.wants&(wantIdle|wantTaken|wantEnds) != 0 {
-			wake = p.wake
+		var work chan<- handOff
+		next, ok := d.offer()
+		if ok {
+			work = p.work
 		}
 		select {
-		case t := <-tasks:
-			// A submission or a request.
-			d.receive(t)
+		case m := <-tasks:
+			d.receive(m)
 		case reject <- struct{}{}:
-			// A Reject, CallerRuns or TrySubmit submitter learned the queue
-			// is full; it counts the outcome itself.
+			// A submitter that does not wait learned that the queue is
+			// full; it counts the outcome itself.
 		case work <- next:
-			// The buffer had room, or a worker came free.
-			if !next.valid() {
-				d.quitSent(len(p.work) == 0)
-			} else {
-				d.sentOne(d.offered, len(p.work) == 1)
-				d.commit()
-			}
+			// A worker took a task from the full buffer: the next goes in.
+			d.sched.take()
+			d.sentOne(next.lane, false)
+			d.publishWaiting()
 		case r := <-control:
-			// A request sent while p.tasks was not received.
 			d.handle(r)
 		case <-d.pauseEnd:
-			// The current pause's context is done.
 			d.endPause()
-		case <-wake:
-			// A worker ended a task while a pause waits for them all, or
-			// a keyed or sub-pool task, or took a task or a quit from the
-			// buffer: look again.
-			d.checkPauseAck()
-			d.seeEnds()
+		case <-p.wake:
+			// A worker did something the wants asked it to signal; settle
+			// looks at what.
 		case <-d.deadline:
-			// A Shutdown's deadline passed while nothing else happened;
-			// the next iteration's checkDeadline drops the queue.
+			// A Shutdown's deadline passed; settle drops the queue.
 		}
 	}
-	d.exit()
+	d.windDown()
 }
 
-// finished reports whether the loop is done: the pool is stopping and no
-// task waits, in a lane or in the hand-off buffer.
+// quiet reports whether the loop has nothing to do but receive: nothing
+// waits to be handed out, no worker is asked to signal, and no request
+// waits for anything.
+func (d *dispatcher) quiet() bool {
+	return d.sched.waiting == 0 && d.wants == 0 && !d.draining && !d.paused &&
+		len(d.stops) == 0 && d.room()
+}
+
+// finished reports whether the loop is done: the pool is stopping, no task
+// waits, in a lane or in the hand-off buffer, and no submitter is on its
+// way (see Pool.senders).
 func (d *dispatcher) finished() bool {
-	return d.draining && d.waiting == 0 && len(d.p.work) == 0
+	return d.draining && d.sched.waiting == 0 && len(d.p.work) == 0 && d.p.senders.Load() == 0
 }
 
-// receive takes t, a submission or a request, from p.tasks, then whatever
-// else is already waiting there, without going round the loop for each.
-func (d *dispatcher) receive(t job) {
+// settle brings the loop up to date before it waits: it takes the
+// workers' reports, drops the queue if a Shutdown deadline has passed,
+// hands out what may start, and asks the workers to signal what it waits
+// for. It reports whether to look again rather than wait: a worker may have
+// done something just before the wants asked it to signal it.
+func (d *dispatcher) settle() bool {
+	d.collect()
+	if d.checkDeadline() {
+		return true
+	}
+	d.fill()
+	buffered, workers := len(d.p.work), d.workers()
+	d.updateWants()
+	return d.collect() || d.checkPauseAck() || len(d.p.work) < buffered || d.workers() < workers || d.finished()
+}
+
+// receiving reports whether the loop receives on p.tasks: while the queue
+// has room, and once draining only from the submitters that passed their
+// check of p.closed before it was set (see Pool.senders).
+func (d *dispatcher) receiving() bool {
+	return d.room() && (!d.draining || d.cfg().maxWaiting == 0)
+}
+
+// offer returns the task to offer on Pool.work in the select, and whether
+// there is one: the next task that may start, if the hand-off buffer may
+// take it. The send succeeds as soon as a worker makes room.
+func (d *dispatcher) offer() (handOff, bool) {
+	if !d.canFill() || d.workers() < d.max {
+		return handOff{}, false // nothing to hand out, or fill starts workers
+	}
+	e, ok := d.sched.peek()
+	if !ok || !d.bufferTakes(e.lane) {
+		return handOff{}, false
+	}
+	return handOff{kind: runTask, entry: e, sub: d.subpool(e.lane), sent: d.sent + 1}, true
+}
+
+// receive takes m, a submission or a request, then whatever else is
+// already waiting on p.tasks, without going round the loop for each.
+func (d *dispatcher) receive(m message) {
 	for n := 1; ; n++ {
-		if t.r != nil {
-			d.handle(t.r)
+		if m.kind == requestMessage {
+			d.handle(m.req)
 		} else {
-			d.accept(t)
+			d.accept(m)
 		}
-		if n == 64 || d.draining || !d.room() {
+		if n == 64 || !d.receiving() {
 			return
 		}
 		select {
-		case t = <-d.p.tasks:
+		case m = <-d.p.tasks:
 		default:
 			return
 		}
 	}
 }
 
+// accept takes a submitted task: to a worker at once if it may start and
+// nothing waits (see place), else into the scheduler.
+func (d *dispatcher) accept(m message) {
+	d.submitted++
+	d.p.stats.submitted.Store(d.submitted)
+	var l *lane
+	if m.sub != nil {
+		l = d.see(m.sub)
+		m.sub.stats.submitted.Add(1)
+	}
+	e := d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage)
+	if d.cut {
+		// Stop dropped the queue: a task that a submitter on its way
+		// handed over since goes the same way.
+		d.drop(handOff{kind: runTask, entry: e, sub: m.sub})
+		return
+	}
+	if !d.paused && d.workers() <= d.max && d.sched.startsNow(e) && d.place(e, m.sub) {
+		d.sched.start(e)
+		if len(d.p.work) > 0 {
+			d.notePeak()
+		}
+		return
+	}
+	d.wait(e, m.sub)
+	d.letWorkersRun()
+}
+
+// wait puts e, which may not start now, into the scheduler. If the
+// hand-off buffer holds tasks of another lane, handed out while no lane but
+// theirs waited, they go back to their lanes first, to take turns with
+// e's.
+func (d *dispatcher) wait(e entry, sub *Subpool) {
+	if !e.lane.inRing && d.sched.lanesWaiting() <= 1 && len(d.p.work) > 0 && (d.bufMixed || d.bufLane != e.lane) {
+		d.requeue()
+	}
+	d.sched.wait(e)
+	d.publishWaiting()
+	if sub != nil {
+		sub.notePeak(len(d.p.work))
+	}
+}
+
+// fill hands out waiting tasks to parked workers, new workers and the
+// hand-off buffer, as many as may start.
+func (d *dispatcher) fill() {
+	for d.canFill() {
+		e, ok := d.sched.peek()
+		if !ok || !d.place(e, d.subpool(e.lane)) {
+			break
+		}
+		d.sched.take()
+	}
+	d.publishWaiting()
+}
+
+// canFill reports whether the loop may hand out tasks now.
+func (d *dispatcher) canFill() bool {
+	return !d.paused && !d.cut && d.workers() <= d.max && d.sched.waiting > 0
+}
+
+// letWorkersRun yields once 64 tasks in a row had to wait, if the pool
+// runs on one P. Each task readies a worker and then the next submitter,
+// and the runtime runs the goroutine readied last first, inheriting the
+// time slice, so on one P the dispatcher and busy submitters can keep the
+// workers waiting in the run queue indefinitely, while tasks pile up in
+// the queue. Stepping out of that chain lets them run. With more Ps, idle
+// ones steal the waiting workers, and a yield would only put the
+// dispatcher behind every runnable submitter.
+func (d *dispatcher) letWorkersRun() {
+	if d.unplaced++; d.unplaced < 64 {
+		return
+	}
+	d.unplaced = 0
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.Gosched()
+	}
+}
+
+// updateWants sets p.wants from what the loop waits for: what it needs the
+// workers to tell it, and whether they must drop late tasks.
+func (d *dispatcher) updateWants() {
+	var wants uint32
+	if d.pauseAck != nil {
+		wants |= wantIdle
+	}
+	if len(d.p.work) > 0 && (d.draining || !d.room() || d.waitsForBuffer()) {
+		// Something waits for the buffer to empty: a stop, a submitter
+		// waiting for room, or a task that the buffer may not take.
+		wants |= wantTaken
+	}
+	if d.sched.holding() || d.sched.keysOut > 0 || len(d.stops) > 0 {
+		wants |= wantEnds
+	}
+	if d.workers() > d.max {
+		wants |= wantRetire
+	}
+	if d.deadline != nil || d.p.cut.Load() != nil {
+		wants |= watchLate
+	}
+	if wants != d.wants {
+		d.wants = wants
+		d.p.wants.Store(wants)
+	}
+}
+
+// waitsForBuffer reports whether a task may start that the hand-off buffer
+// may not take now: it holds another lane's task, or lanes take turns.
+func (d *dispatcher) waitsForBuffer() bool {
+	if !d.canFill() {
+		return false
+	}
+	e, ok := d.sched.peek()
+	return ok && !d.bufferTakes(e.lane)
+}
+
+// A report is what a worker tells the dispatcher about a task of a
+// sub-pool or with a key, so that the scheduler can count it: that it
+// ended, or that the worker dropped it, late (see Pool.late).
+type report struct {
+	kind reportKind
+	handOff
+}
+
+type reportKind uint8
+
+const (
+	ended reportKind = iota + 1
+	dropped
+)
+
+// reports collects workers' reports for the dispatcher.
+type reports struct {
+	mu   sync.Mutex
+	list []report
+}
+
+func (r *reports) add(x report) {
+	r.mu.Lock()
+	r.list = append(r.list, x)
+	r.mu.Unlock()
+}
+
+// take swaps the list for buf, emptied, and returns the list.
+func (r *reports) take(buf []report) []report {
+	r.mu.Lock()
+	got := r.list
+	r.list = buf[:0]
+	r.mu.Unlock()
+	return got
+}
+
+// maxReuse is the most reports whose list the dispatcher keeps for reuse.
+const maxReuse = 256
+
+// collect takes the workers' reports and tells the scheduler, and reports
+// whether there were any.
+func (d *dispatcher) collect() bool {
+	if !d.expectsReports() {
+		return false
+	}
+	got := d.p.reports.take(d.got)
+	for _, r := range got {
+		d.sched.ended(r.entry)
+		if r.kind == dropped {
+			d.drop(r.handOff)
+		}
+	}
+	clear(got)
+	d.got = got[:0]
+	if cap(got) > maxReuse {
+		d.got = nil // a burst of reports: let it go
+	}
+	if len(got) > 0 {
+		d.settleStops()
+	}
+	return len(got) > 0
+}
+
+// expectsReports reports whether a worker may have reported something: the
+// end of a task whose end the scheduler must know of, or a task dropped
+// late.
+func (d *dispatcher) expectsReports() bool {
+	return d.sched.reported > 0 || d.wants&watchLate != 0
+}
+
+// see returns sub's lane, and records sub as the owner of its tasks that
+// the scheduler hands out.
+func (d *dispatcher) see(sub *Subpool) *lane {
+	l := sub.lane
+	if l.id >= len(d.subs) {
+		d.subs = slices.Grow(d.subs, l.id+1-len(d.subs))[:l.id+1]
+	}
+	d.subs[l.id] = sub
+	return l
+}
+
+// subpool returns the sub-pool of lane l, or nil for the pool's own.
+func (d *dispatcher) subpool(l *lane) *Subpool {
+	if l.id == 0 {
+		return nil
+	}
+	return d.subs[l.id]
+}
+
 // room reports whether one more task may wait: the lanes and the hand-off
 // buffer together hold fewer than the bound.
 func (d *dispatcher) room() bool {
 	bound := d.cfg().maxWaiting
-	return bound == 0 || d.waiting+len(d.p.work) < bound
+	return bound == 0 || d.sched.waiting+len(d.p.work) < bound
 }
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
 
-// setWorkers records and publishes the worker count, and runs the reaping
-// clock exactly while there is a worker above the minimum.
-func (d *dispatcher) setWorkers(n int) {
-	d.workers = n
-	d.p.stats.setWorkers(n)
-	d.clock.run(d.p, n > d.cfg().minWorkers)
-}
+// workers returns how many worker goroutines are counted in: parked, busy
+// or starting.
+func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 
-// setWaiting publishes the tasks waiting in the lanes, having recorded the
-// peak.
-func (d *dispatcher) setWaiting() {
+// publishWaiting publishes the tasks waiting in the lanes, having recorded
+// the peak.
+func (d *dispatcher) publishWaiting() {
 	d.notePeak()
-	d.p.stats.waiting.Store(int64(d.waiting))
+	d.p.stats.waiting.Store(int64(d.sched.waiting))
 }
 
 // notePeak records the waiting tasks, those in the hand-off buffer
 // included, as PeakWaiting if they are more.
 func (d *dispatcher) notePeak() {
-	d.p.stats.peakAtLeast(d.waiting + len(d.p.work) - d.quitting())
+	d.p.stats.peakAtLeast(d.sched.waiting + len(d.p.work))
 }
 
 func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }
 
-// A request asks the dispatcher to do something other than place a task.
-// It travels on p.tasks (as job.r) or p.control; done, if not nil, is
-// closed once the request has taken effect.
-type request struct {
-	kind     requestKind
-	n        int             // resize, subResize: the new maximum or limit
-	ctx      context.Context // pause: pause until it is done
-	deadline <-chan struct{} // drain: a Shutdown's ctx.Done(), or nil
-	lane     *lane           // sub*: the sub-pool's lane
-	tasks    []func()        // subStop: the tasks it dropped; written before done closes
-	done     chan struct{}
+// publishWorkers lets Status see the workers in d.all.
+func (d *dispatcher) publishWorkers() {
+	d.p.stats.reg.Store(&registry{workers: d.all, retired: d.retiredDone})
 }
 
-// A requestKind says what a request asks for.
-type requestKind uint8
-
-const (
-	tickRequest      requestKind = iota + 1 // the reaping clock ticked
-	pauseRequest                            // Pause: hold the queue until ctx is done
-	resizeRequest                           // Resize: set the maximum to n
-	stopRequest                             // Stop: drop the queue, then drain
-	drainRequest                            // StopWait or Shutdown: run the queue, accept nothing more
-	subResizeRequest                        // Subpool.Resize: set the lane's limit to n
-	subStopRequest                          // Subpool.Stop: drop the lane's tasks, wait for it to be idle
-	subDrainRequest                         // Subpool.StopWait: wait for the lane to be idle
-	subpoolRequest                          // Pool.Subpool: hand out in turns from now on
-)
+// doneTasks returns how many tasks workers have finished.
+func (d *dispatcher) doneTasks() uint64 {
+	n := d.retiredDone
+	for _, w := range d.all {
+		n += w.phase.Load() >> 1
+	}
+	return n
+}

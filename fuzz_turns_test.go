@@ -14,14 +14,18 @@ import (
 //   - each target (the pool's own queue and each sub-pool's) is a lane; the
 //     lanes with waiting tasks form a ring, in the order of their turns;
 //   - the next task comes from the first lane in the ring that may start
-//     one (a sub-pool at its limit may not), which then goes to the back;
-//   - within a lane, its unkeyed tasks and its ready keys take turns; a key
-//     whose task is out (handed out and not ended) has its next task wait;
-//   - with one worker busy, the pool hands out one task ahead, chosen in
-//     turn when the one before left; that task counts as out, against its
-//     sub-pool's limit and its key, and a pause takes it back, as does a
-//     second lane with waiting tasks while the first was alone in the ring,
-//     both times with its turn kept.
+//     one, which then goes to the back; with one worker, every sub-pool's
+//     limit is at or above the pool's maximum, so no limit holds a task
+//     back (the maximum does);
+//   - within a lane, tasks go in the order the pool accepted them, but a
+//     task whose key is out (handed out and not ended) waits;
+//   - with the worker busy, the pool hands out tasks ahead, to the hand-off
+//     buffer: up to 64 while they are all of one lane and no other lane
+//     has waiting tasks, else one. Tasks handed out count as out, against
+//     their keys. A pause takes them back, as does a resize, and a task of
+//     another lane that must wait while one lane or none waits: they go
+//     back to the front of their lanes, with their lanes first in the
+//     ring.
 //
 // Tasks end only when the model says so: a gated task when the driver
 // releases it, a sleeping one when the fake clock has moved a second past
@@ -30,41 +34,33 @@ import (
 type turnModel struct {
 	lanes   [3]*tmLane
 	ring    []*tmLane
-	buf     *fuzzTask // handed out ahead, not yet taken by the worker
-	running *fuzzTask // on the worker
-	endAt   time.Time // when running ends, if it sleeps
-	now     time.Time // the model's clock while advance runs; else time.Now()
-	pauses  int       // pauses in force or queued, not yet ended
-	stopped bool      // the pool is stopping: it accepts nothing more
+	buf     []*fuzzTask // handed out ahead, not yet taken by the worker
+	running *fuzzTask   // on the worker
+	endAt   time.Time   // when running ends, if it sleeps
+	now     time.Time   // the model's clock while advance runs; else time.Now()
+	pauses  int         // pauses in force or queued, not yet ended
+	stopped bool        // the pool is stopping: it accepts nothing more
 	starts  []*fuzzTask
-	off     string // why the model stopped predicting, if it did
+	seq     map[*fuzzTask]int // the order in which the pool accepted each task
+	off     string            // why the model stopped predicting, if it did
 }
+
+// tmBuffer is the capacity of the model's hand-off buffer.
+const tmBuffer = 64
 
 // A tmLane is the model of one lane.
 type tmLane struct {
 	target  int
-	tasks   []*fuzzTask // unkeyed, waiting
-	lines   map[string]*tmLine
-	ready   []*tmLine
-	keyTurn bool
-	waiting int
+	waiting []*fuzzTask // in the order the pool accepted them
+	keysOut map[string]bool
 	inRing  bool
-	limit   int // 0 for the pool's own lane: no limit
-	out     int // its tasks out
 	closed  bool
 }
 
-// A tmLine is the model of one key's line in a lane.
-type tmLine struct {
-	key   string
-	tasks []*fuzzTask
-	out   bool
-}
-
-func newTurnModel(limits [3]int) *turnModel {
-	tm := &turnModel{}
+func newTurnModel() *turnModel {
+	tm := &turnModel{seq: map[*fuzzTask]int{}}
 	for i := range tm.lanes {
-		tm.lanes[i] = &tmLane{target: i, limit: limits[i], lines: map[string]*tmLine{}}
+		tm.lanes[i] = &tmLane{target: i, keysOut: map[string]bool{}}
 	}
 	return tm
 }
@@ -76,8 +72,10 @@ func (tm *turnModel) stopPredicting(why string) {
 	}
 }
 
-func (l *tmLane) startable() bool {
-	return (len(l.tasks) > 0 || len(l.ready) > 0) && (l.limit == 0 || l.out < l.limit)
+// first returns the index of the first waiting task of l that may start,
+// or -1.
+func (l *tmLane) first() int {
+	return slices.IndexFunc(l.waiting, func(tk *fuzzTask) bool { return !tk.keyed || !l.keysOut[tk.key] })
 }
 
 // accept places tk, just accepted, and reports whether it was: false if its
@@ -87,21 +85,8 @@ func (tm *turnModel) accept(tk *fuzzTask) bool {
 	if tm.stopped || l.closed {
 		return false
 	}
-	if tk.keyed {
-		line := l.lines[tk.key]
-		if line == nil {
-			line = &tmLine{key: tk.key}
-			l.lines[tk.key] = line
-		}
-		if line.out || len(line.tasks) > 0 {
-			tm.wait(l, tk)
-			tm.fill() // a take-back in wait may have emptied the buffer
-			return true
-		}
-	}
-	if tm.waiting() == 0 && tm.pauses == 0 && (l.limit == 0 || l.out < l.limit) && tm.buf == nil {
-		tm.takeOut(l, tk)
-		tm.place(tk)
+	tm.seq[tk] = len(tm.seq)
+	if tm.waiting() == 0 && tm.pauses == 0 && !(tk.keyed && l.keysOut[tk.key]) && tm.place(l, tk) {
 		return true
 	}
 	tm.wait(l, tk)
@@ -112,48 +97,41 @@ func (tm *turnModel) accept(tk *fuzzTask) bool {
 func (tm *turnModel) waiting() int {
 	n := 0
 	for _, l := range tm.lanes {
-		n += l.waiting
+		n += len(l.waiting)
 	}
 	return n
 }
 
-// wait queues tk in lane l, and l in the ring.
+// wait queues tk in lane l, and l in the ring. If the buffer holds another
+// lane's tasks, handed out while no lane but theirs waited, they go back
+// first.
 func (tm *turnModel) wait(l *tmLane, tk *fuzzTask) {
-	if tk.keyed {
-		line := l.lines[tk.key]
-		line.tasks = append(line.tasks, tk)
-		if !line.out && len(line.tasks) == 1 {
-			l.ready = append(l.ready, line)
-		}
-	} else {
-		l.tasks = append(l.tasks, tk)
+	if !l.inRing && len(tm.ring) <= 1 && len(tm.buf) > 0 && tm.buf[0].target != l.target {
+		tm.takeBack()
 	}
-	l.waiting++
+	l.waiting = append(l.waiting, tk)
 	if !l.inRing {
-		if tm.buf != nil && len(tm.ring) <= 1 && tm.buf.target != l.target {
-			tm.takeBack()
-		}
 		l.inRing = true
 		tm.ring = append(tm.ring, l)
 	}
 }
 
-// takeOut counts tk out of its lane: against its limit and its key.
-func (tm *turnModel) takeOut(l *tmLane, tk *fuzzTask) {
-	l.out++
-	if tk.keyed {
-		l.lines[tk.key].out = true
-	}
-}
-
-// place gives tk, handed out, to the worker if it is free, else to the
-// buffer, which must be empty.
-func (tm *turnModel) place(tk *fuzzTask) {
-	if tm.running == nil {
+// place gives tk, a task of lane l that may start, to the worker if it is
+// free, else to the buffer if it may take it, and reports whether it did.
+// It counts tk out.
+func (tm *turnModel) place(l *tmLane, tk *fuzzTask) bool {
+	switch {
+	case tm.running == nil && len(tm.buf) == 0:
 		tm.start(tk)
-	} else {
-		tm.buf = tk
+	case len(tm.buf) == 0 || tm.buf[0].target == l.target && len(tm.ring) <= 1 && len(tm.buf) < tmBuffer:
+		tm.buf = append(tm.buf, tk)
+	default:
+		return false
 	}
+	if tk.keyed {
+		l.keysOut[tk.key] = true
+	}
+	return true
 }
 
 func (tm *turnModel) start(tk *fuzzTask) {
@@ -166,91 +144,69 @@ func (tm *turnModel) start(tk *fuzzTask) {
 	tm.endAt = now.Add(time.Second)
 }
 
-// fill hands out the next task while the buffer is empty.
+// fill hands out the next tasks, in turn, while the worker or the buffer
+// takes them.
 func (tm *turnModel) fill() {
-	for tm.pauses == 0 && tm.buf == nil {
-		tk := tm.next()
-		if tk == nil {
+	for tm.pauses == 0 {
+		i, l := tm.next()
+		if l == nil {
 			return
 		}
-		tm.place(tk)
-	}
-}
-
-// next takes the next task in turn out of its lane, or returns nil.
-func (tm *turnModel) next() *fuzzTask {
-	for i, l := range tm.ring {
-		if !l.startable() {
-			continue
+		tk := l.waiting[i]
+		if !tm.place(l, tk) {
+			return
 		}
-		var tk *fuzzTask
-		if len(l.ready) > 0 && (l.keyTurn || len(l.tasks) == 0) {
-			line := l.ready[0]
-			l.ready = l.ready[1:]
-			tk, line.tasks = line.tasks[0], line.tasks[1:]
-			l.keyTurn = false
-		} else {
-			tk, l.tasks = l.tasks[0], l.tasks[1:]
-			l.keyTurn = true
-		}
-		l.waiting--
-		tm.takeOut(l, tk)
-		tm.ring = slices.Delete(tm.ring, i, i+1)
-		if l.waiting > 0 {
+		l.waiting = slices.Delete(l.waiting, i, i+1)
+		j := slices.Index(tm.ring, l)
+		tm.ring = slices.Delete(tm.ring, j, j+1)
+		if len(l.waiting) > 0 {
 			tm.ring = append(tm.ring, l)
 		} else {
 			l.inRing = false
 		}
-		return tk
 	}
-	return nil
 }
 
-// takeBack puts the buffered task back at the front of its lane, with its
-// lane first in the ring and its turn in the lane kept.
+// next returns the next task in turn, as its index in its lane, and its
+// lane, or a nil lane.
+func (tm *turnModel) next() (int, *tmLane) {
+	for _, l := range tm.ring {
+		if i := l.first(); i >= 0 {
+			return i, l
+		}
+	}
+	return 0, nil
+}
+
+// takeBack puts the buffered tasks back at the front of their lanes, with
+// their lanes first in the ring.
 func (tm *turnModel) takeBack() {
-	tk := tm.buf
-	if tk == nil {
-		return
+	for _, tk := range slices.Backward(tm.buf) {
+		l := tm.lanes[tk.target]
+		if tk.keyed {
+			l.keysOut[tk.key] = false
+		}
+		l.waiting = append(l.waiting, tk)
+		slices.SortFunc(l.waiting, func(a, b *fuzzTask) int { return tm.seq[a] - tm.seq[b] })
+		tm.ring = slices.DeleteFunc(tm.ring, func(x *tmLane) bool { return x == l })
+		tm.ring = slices.Insert(tm.ring, 0, l)
+		l.inRing = true
 	}
 	tm.buf = nil
-	l := tm.lanes[tk.target]
-	if tk.keyed {
-		line := l.lines[tk.key]
-		line.out = false
-		line.tasks = slices.Insert(line.tasks, 0, tk)
-		l.ready = slices.Insert(l.ready, 0, line)
-	} else {
-		l.tasks = slices.Insert(l.tasks, 0, tk)
-	}
-	l.keyTurn = tk.keyed
-	l.out--
-	l.waiting++
-	tm.ring = slices.DeleteFunc(tm.ring, func(x *tmLane) bool { return x == l })
-	tm.ring = slices.Insert(tm.ring, 0, l)
-	l.inRing = true
 }
 
-// end ends the running task: its lane and its key have room again, and the
-// worker takes the buffered task, if there is one, before the pool hands
-// out the next.
+// end ends the running task: its key has room again, and the worker takes
+// the first buffered task, if there is one, before the pool hands out the
+// next.
 func (tm *turnModel) end() {
 	tk := tm.running
 	tm.running = nil
-	l := tm.lanes[tk.target]
-	l.out--
 	if tk.keyed {
-		line := l.lines[tk.key]
-		line.out = false
-		if len(line.tasks) > 0 {
-			l.ready = append(l.ready, line)
-		} else {
-			delete(l.lines, tk.key)
-		}
+		tm.lanes[tk.target].keysOut[tk.key] = false
 	}
-	if tm.buf != nil {
-		tm.start(tm.buf)
-		tm.buf = nil
+	if len(tm.buf) > 0 {
+		tm.start(tm.buf[0])
+		tm.buf = tm.buf[1:]
 	}
 	tm.fill()
 }
@@ -275,8 +231,8 @@ func (tm *turnModel) resume() {
 
 // stopLane drops the waiting tasks of target's lane (drop) or lets them run
 // (StopWait); either way the lane accepts nothing more. Stop takes back the
-// task handed out ahead, drops it if it is the lane's, and hands it out
-// again if not.
+// tasks handed out ahead, drops those of the lane and hands out the others
+// again.
 func (tm *turnModel) stopLane(target int, drop bool) {
 	l := tm.lanes[target]
 	l.closed = true
@@ -285,13 +241,7 @@ func (tm *turnModel) stopLane(target int, drop bool) {
 	}
 	tm.takeBack()
 	defer tm.fill()
-	l.tasks, l.ready, l.waiting = nil, nil, 0
-	for k, line := range l.lines {
-		line.tasks = nil
-		if !line.out {
-			delete(l.lines, k)
-		}
-	}
+	l.waiting = nil
 	if l.inRing {
 		l.inRing = false
 		tm.ring = slices.DeleteFunc(tm.ring, func(x *tmLane) bool { return x == l })
@@ -299,7 +249,7 @@ func (tm *turnModel) stopLane(target int, drop bool) {
 }
 
 // stopPool stops the pool: StopWait and Shutdown end every pause and run
-// what waits; Stop (drop) drops it, the buffered task included.
+// what waits; Stop (drop) drops it, the buffered tasks included.
 func (tm *turnModel) stopPool(drop bool) {
 	tm.stopped = true
 	if drop {
@@ -323,10 +273,10 @@ func (tm *turnModel) advance(now time.Time) {
 	tm.now = time.Time{}
 }
 
-// resize sets the limit of target's lane.
-func (tm *turnModel) resize(target, n int) {
+// resize models a sub-pool's Resize: the buffer goes back, and is filled
+// again. (With one worker, no limit holds a task back.)
+func (tm *turnModel) resize() {
 	tm.takeBack()
-	tm.lanes[target].limit = n
 	tm.fill()
 }
 
@@ -356,10 +306,11 @@ func (tm *turnModel) check(m *fuzzModel) {
 		return
 	}
 	for i, s := range m.subs {
-		l := tm.lanes[i+1]
-		want := l.waiting
-		if tm.buf != nil && tm.buf.target == i+1 {
-			want++ // handed out ahead, not started: it waits
+		want := len(tm.lanes[i+1].waiting)
+		for _, tk := range tm.buf {
+			if tk.target == i+1 {
+				want++ // handed out ahead, not started: it waits
+			}
 		}
 		if got := s.Status().Waiting; got != want {
 			m.failf("sub-pool %s: Status().Waiting = %d, want %d\n%s", s.Name(), got, want, tm)
@@ -378,16 +329,17 @@ func taskList(tasks []*fuzzTask) string {
 // String describes the model's state, for failure messages.
 func (tm *turnModel) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "model: running %v, buffered %v, pauses %d, ring [", tm.running, tm.buf, tm.pauses)
+	running := "none"
+	if tm.running != nil {
+		running = fmt.Sprint(tm.running.id)
+	}
+	fmt.Fprintf(&b, "model: running %s, buffered %s, pauses %d, ring [", running, taskList(tm.buf), tm.pauses)
 	for _, l := range tm.ring {
 		fmt.Fprintf(&b, " %s", targetName(l.target))
 	}
 	b.WriteString(" ]")
 	for _, l := range tm.lanes {
-		fmt.Fprintf(&b, "\n\t%s: out %d/%d, keyTurn %v, unkeyed %s", targetName(l.target), l.out, l.limit, l.keyTurn, taskList(l.tasks))
-		for _, line := range l.lines {
-			fmt.Fprintf(&b, ", key %s (out %v) %s", line.key, line.out, taskList(line.tasks))
-		}
+		fmt.Fprintf(&b, "\n\t%s: waiting %s, keys out %v", targetName(l.target), taskList(l.waiting), l.keysOut)
 	}
 	return b.String()
 }

@@ -16,7 +16,7 @@ func (m *fuzzModel) startV2() {
 		m.subLimits[i] = limit
 		m.targets[i+1].limit.Store(int64(limit))
 	}
-	m.tm = newTurnModel([3]int{0, m.cfg.limits[0], m.cfg.limits[1]})
+	m.tm = newTurnModel()
 	switch {
 	case m.cfg.max > 1:
 		m.tm.stopPredicting("more than one worker")
@@ -122,7 +122,7 @@ func (m *fuzzModel) resizeSub(target, n int) {
 	tg := &m.targets[target]
 	tg.limit.Store(max(tg.limit.Load(), int64(n)))
 	m.subResizes[target-1] = append(m.subResizes[target-1], n)
-	m.tm.resize(target, n)
+	m.tm.resize()
 	s := m.subs[target-1]
 	m.spawn(fmt.Sprintf("%s.Resize(%d)", s.Name(), n), func() bool { return true }, func() { s.Resize(n) })
 }

@@ -1,102 +1,123 @@
 package workerpool
 
-import (
-	"cmp"
-	"slices"
-)
+// The hand-off buffer: Pool.work's buffer. It lets a worker that comes free
+// take its next task while the dispatcher is busy or not even scheduled:
+// without it, every queued task needs the dispatcher and the worker to
+// meet, and when tasks are short the workers wait for the dispatcher.
+//
+// The buffer holds only tasks the scheduler handed out, in order, but they
+// are out of the dispatcher's hands: whatever must keep them from starting
+// takes them back first. A pause, a resize, a sub-pool's stop, and a task
+// of another lane that must wait for its turn, put them back in their
+// lanes. Stop and a passed Shutdown deadline drop them, and so do the
+// workers that take one concurrently, past the cut (see cutoff).
+//
+// While more than one lane has waiting tasks, the buffer holds at most one,
+// so that lanes take their turns when workers come free, not when the
+// buffer was filled.
 
-// The hand-off buffer. p.work's buffer lets a worker that comes free take
-// its next task while the dispatcher is busy or not even scheduled: without
-// it, every queued task needs the dispatcher and the worker to meet, and
-// when the tasks are long, a worker coming free waits while the dispatcher
-// sits runnable behind the other workers' tasks. The buffer only ever holds
-// tasks the dispatcher would have handed out next, in order; but they are
-// out of its hands, so whatever must keep tasks from starting takes them
-// back first:
-//   - a pause, before it takes hold (takeBack);
-//   - Stop and a passed Shutdown deadline, which drop them with the queue;
-//     a worker that receives a task the dispatcher's take-back went past
-//     drops it itself (see cutoff), so that the tasks a Stop lets start are
-//     exactly those before its cut; and a worker that receives a task once
-//     the deadline has passed drops it too, so that no task starts after
-//     the deadline, though a later task that another worker took just
-//     before it may have started (dropLate);
-//   - a bounded queue's backpressure counts the buffered tasks as waiting,
-//     and has the workers signal as they take them, so that Block
-//     submitters get in as soon as there is room (wantTaken); so do the
-//     quits on their way to workers, and a StopWait that waits for the
-//     buffer to empty.
+// handOffBuffer is the capacity of the hand-off buffer: how many waiting
+// tasks workers can take without waiting for the dispatcher. It is bounded
+// by WithMaxWaiting, as buffered tasks wait too.
+const handOffBuffer = 64
 
-// What the dispatcher wants of the workers, in Pool.wants.
+// What the dispatcher wants of the workers, in Pool.wants. A worker loads
+// it once per task; it is 0 in the common case.
 const (
-	wantIdle  = 1 << iota // signal the end of every task: a Pause waits for them
-	wantTaken             // signal every task or quit taken from the hand-off buffer
-	wantEnds              // signal the end of every keyed or sub-pool task: a key or a sub-pool's limit holds up a task
-	watchLate             // drop a task received after a Shutdown deadline or past the cut
+	wantIdle   = 1 << iota // signal the end of every task: a Pause waits for them
+	wantTaken              // signal every task taken from the hand-off buffer
+	wantEnds               // signal after reporting the end of a task
+	wantRetire             // exit after a task if there are more workers than the maximum
+	watchLate              // drop a task received after a Shutdown deadline or past the cut
 )
 
 // A cutoff is where Stop, or a passed Shutdown deadline, cut the tasks sent
-// on p.work: the dispatcher publishes it (Pool.cut) and sets watchLate
-// before it takes the hand-off buffer back, then sets seq to the first task
-// it took back and closes done. A worker that sees watchLate after
-// receiving a task waits for done and drops the task if its seq is at or
-// past the cut: the workers took it, concurrently, after the dispatcher
-// took an earlier one. A worker that received its task before watchLate
-// was set received it before the take-back began, so its seq is below the
-// cut. Either way, of the tasks Stop cuts, those that start are exactly
-// those sent before the cut, and the dropped ones all come after them. (A
-// Shutdown deadline also drops by the clock; see late.)
+// on Pool.work. The dispatcher publishes it (Pool.cut) and sets watchLate
+// before it takes the hand-off buffer back, then sets sent to that of the
+// first task it took back and closes done. A worker that sees watchLate
+// after receiving a task waits for done and drops the task if it was sent
+// at or past the cut: the worker took it, concurrently, after the
+// dispatcher took an earlier one. A worker that received its task before
+// watchLate was set received it before the take-back began, so it was sent
+// before the cut. Either way, of the tasks in the buffer when Stop cut it,
+// those that start are exactly those sent before the cut.
 type cutoff struct {
-	seq  uint64 // written before done is closed
+	sent uint64 // written before done is closed
 	done chan struct{}
 }
 
-// handOffBuffer is the capacity of the hand-off buffer (see Pool.work): how
-// many waiting tasks workers can take without waiting for the dispatcher.
-// It is bounded by WithMaxWaiting, as buffered tasks wait too.
-const handOffBuffer = 64
+// place hands e, a task of sub-pool sub (nil: the pool's own) that may
+// start, to a parked worker, else to a new worker if there are fewer than
+// the maximum, else to the hand-off buffer if it may take it (see
+// bufferTakes), and reports whether it did.
+func (d *dispatcher) place(e entry, sub *Subpool) bool {
+	h := handOff{kind: runTask, entry: e, sub: sub, sent: d.sent + 1}
+	if len(d.p.work) == 0 {
+		// A worker may be parked: a send goes to it if one is. If none
+		// is, the task lands in the buffer, alone; then take it back for a
+		// new worker, unless a worker came free and took it meanwhile.
+		select {
+		case d.p.work <- h:
+			if len(d.p.work) > 0 && d.workers() < d.max {
+				select {
+				case h = <-d.p.work:
+					d.start(h)
+					return true
+				default:
+				}
+			}
+			d.sentOne(e.lane, true)
+			return true
+		default:
+		}
+	}
+	if d.workers() < d.max {
+		d.start(h)
+		return true
+	}
+	if !d.bufferTakes(e.lane) {
+		return false
+	}
+	select {
+	case d.p.work <- h:
+		d.sentOne(e.lane, false)
+		return true
+	default:
+		return false
+	}
+}
 
-// updateWants sets p.wants from the dispatcher's state: what it needs the
-// workers to tell it, and whether they must check a Shutdown deadline. The
-// loop calls it before it looks at room, so that a worker taking a task
-// from the buffer either is seen by that look or sees wantTaken and signals.
-func (d *dispatcher) updateWants() {
-	var wants uint32
-	if d.pauseAck != nil {
-		wants |= wantIdle
-	}
-	if d.quitting() > 0 || len(d.p.work) > 0 && (d.draining || !d.room() || !d.deep()) {
-		wants |= wantTaken
-	}
-	if d.linesOut > 0 || d.endsMatter() {
-		wants |= wantEnds
-	}
-	if d.deadline != nil || d.p.cut.Load() != nil {
-		wants |= watchLate
-	}
-	if wants != d.wants {
-		d.wants = wants
-		d.p.wants.Store(wants)
+// bufferTakes reports whether the hand-off buffer may take a task of lane l:
+// if it is empty, or if it holds tasks of l alone and no other lane has
+// waiting tasks.
+func (d *dispatcher) bufferTakes(l *lane) bool {
+	return len(d.p.work) == 0 || !d.bufMixed && d.bufLane == l && d.sched.lanesWaiting() <= 1
+}
+
+// sentOne counts a task of lane l sent on Pool.work; alone says the buffer
+// held nothing before it.
+func (d *dispatcher) sentOne(l *lane, alone bool) {
+	d.sent++
+	d.handed++
+	d.unplaced = 0
+	switch {
+	case alone:
+		d.bufLane, d.bufMixed = l, false
+	case d.bufLane != l:
+		d.bufMixed = true
 	}
 }
 
 // takeBack empties the hand-off buffer and returns the tasks that were in
-// it, in order, so that none starts before the dispatcher hands it out
-// again or drops it. A worker may take one at the same time; it then runs,
-// as if handed out just before. A quit taken back counts for nothing: the
-// loop offers quits again while there are more workers than the maximum.
-func (d *dispatcher) takeBack() []job {
-	var back []job
+// it, in the order they were sent. A worker may take one at the same time;
+// it then runs, as if handed out just before.
+func (d *dispatcher) takeBack() []handOff {
+	var back []handOff
 	for len(d.p.work) > 0 {
 		select {
-		case t := <-d.p.work:
-			if t.valid() {
-				back = append(back, t)
-				d.handed--
-			} else {
-				d.quits--
-				d.p.stats.quitsSent.Store(d.quits)
-			}
+		case h := <-d.p.work:
+			back = append(back, h)
+			d.handed--
 		default:
 		}
 	}
@@ -104,58 +125,83 @@ func (d *dispatcher) takeBack() []job {
 	return back
 }
 
-// cutBuffer takes the hand-off buffer back for good, for Stop or a passed
-// Shutdown deadline, and returns its tasks: nothing is offered on p.work
-// after it but quits. See cutoff.
-func (d *dispatcher) cutBuffer() []job {
-	if d.p.cut.Load() != nil {
-		return d.takeBack() // cut once already: the buffer holds no task
+// requeue takes the hand-off buffer back and puts its tasks back at the
+// front of their lanes, to be handed out again.
+func (d *dispatcher) requeue() {
+	if len(d.p.work) == 0 {
+		return
 	}
-	cut := &cutoff{seq: ^uint64(0), done: make(chan struct{})}
+	back := d.takeBack()
+	entries := make([]entry, len(back))
+	for i, h := range back {
+		entries[i] = h.entry
+	}
+	d.sched.putBack(entries)
+	d.publishWaiting()
+}
+
+// cutBuffer takes the hand-off buffer back for good, for Stop or a passed
+// Shutdown deadline, and returns its tasks. Workers drop the tasks they
+// take concurrently, past the cut (see cutoff). The first cut is the one
+// that counts: nothing is sent on Pool.work after it.
+func (d *dispatcher) cutBuffer() []handOff {
+	if d.p.cut.Load() != nil {
+		return d.takeBack() // cut once already: the buffer is empty
+	}
+	cut := &cutoff{sent: ^uint64(0), done: make(chan struct{})}
 	d.p.cut.Store(cut)
 	d.updateWants() // watchLate, before the first receive
 	back := d.takeBack()
 	if len(back) > 0 {
-		cut.seq = back[0].seq
+		cut.sent = back[0].sent
 	}
 	close(cut.done)
 	return back
 }
 
-// recall records tasks dropped from the hand-off buffer, by the dispatcher
-// (taken back for Stop or a passed Shutdown deadline) or by a worker (see
-// dropLate), and tells their waiters.
-func (p *Pool) recall(tasks ...job) {
-	p.recalled.mu.Lock()
-	p.recalled.jobs = append(p.recalled.jobs, tasks...)
-	p.recalled.mu.Unlock()
-	for _, t := range tasks {
-		if t.lane != nil {
-			t.lane.stats.abandoned.Add(1)
+// quitParked tells up to n parked workers, longest parked first, to exit:
+// fewer if fewer are parked. A send goes to a parked worker if one is; if
+// none is, the quit lands in the hand-off buffer, and is taken back: it
+// would go to the next worker to come free, not an idle one.
+func (d *dispatcher) quitParked(n int) {
+	if len(d.p.work) > 0 {
+		return // tasks wait in the buffer, so no worker is parked
+	}
+	for range n {
+		select {
+		case d.p.work <- handOff{kind: quit}:
+		default:
+			return
 		}
-		if t.w != nil {
-			t.w.finish(ErrStopped)
+		if len(d.p.work) > 0 {
+			select {
+			case <-d.p.work:
+				return // no worker was parked
+			default: // a worker took it meanwhile
+			}
 		}
+		d.quits++
+		d.p.stats.countOut() // the worker is on its way out
 	}
 }
 
-// dropRecalled puts the recalled tasks at the front of the dropped ones, in
-// the order they were sent: they left the queue before the tasks dropped
-// from it, and the dispatcher and the workers took them from the buffer
-// concurrently. It is called once every worker has exited.
-func (d *dispatcher) dropRecalled() {
-	recalled := d.p.recalled.jobs
-	if len(recalled) == 0 {
-		return
-	}
-	slices.SortFunc(recalled, func(a, b job) int { return cmp.Compare(a.seq, b.seq) })
-	var tasks []func()
-	for _, t := range recalled {
-		if t.fn != nil {
-			tasks = append(tasks, t.fn)
+// start starts a worker goroutine whose first task is h, if it is one.
+func (d *dispatcher) start(h handOff) {
+	w := new(worker)
+	if h.kind == runTask {
+		d.handed++
+		d.unplaced = 0
+		w.phase.Store(1) // busy with h
+		if h.sub != nil {
+			h.sub.stats.started.Add(1) // Busy in the sub-pool's Status at once, too
 		}
+	} else {
+		w.since.Store(d.p.tick.Load() + 1)
 	}
-	d.p.abandoned = append(tasks, d.p.abandoned...)
-	d.p.dropped = true
-	d.p.recalled.jobs = nil
+	// Count it before Status can see it busy: Busy <= Workers.
+	d.p.stats.countIn()
+	d.all = append(d.all, w)
+	d.publishWorkers()
+	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
+	d.p.startWorker(w, h)
 }

@@ -1,173 +1,139 @@
 package workerpool
 
 import (
-	"sync/atomic"
+	"container/heap"
+	"slices"
 
 	"github.com/gammazero/deque"
 )
 
-// A lane is one of the pool's queues of waiting tasks: the pool's own, or a
-// sub-pool's. Its tasks are handed out in the order the pool accepted them,
-// except that a keyed task waits in its key's line (see keyLine) while
-// another task with its key is out, and goes when its key is free and its
-// turn comes. The dispatcher owns every field but the atomic counters,
-// which the lane's submitters and workers add to.
+// A lane is one of the scheduler's queues: the pool's own, or a sub-pool's.
+// It holds the lane's waiting tasks: unkeyed ones in a fifo, keyed ones in
+// the lines of their keys. Of the waiting tasks that may start, it hands out
+// the one accepted first. An unkeyed task may always start; a keyed one may
+// when no task of its key is out (handed to a worker and not yet ended).
+// So a busy key holds back its own tasks and no others.
+//
+// A lane is plain data, owned by the scheduler.
 type lane struct {
-	sub *Subpool // nil for the pool's own lane
+	// id is 0 for the pool's lane, and a number of its own for each
+	// sub-pool's, by which the loop tells them apart.
+	id int
+	// limit is the most tasks of the lane that may be out at once; 0 means
+	// no limit of its own (the pool's lane). out counts the lane's tasks
+	// that are out.
+	limit, out int
 
-	// tasks holds the unkeyed waiting tasks, in acceptance order; a
-	// waiter's task is nil, with the waiter at the back of waiters.
-	tasks   deque.Deque[func()]
-	waiters deque.Deque[waiter]
-	// keys holds the lines of the keys with a task waiting or out; ready,
-	// those whose next task may start, in the order they became ready.
-	// Within the lane, its unkeyed tasks and its ready keys take turns:
-	// keyTurn says a ready key goes next.
-	keys    map[string]*keyLine
-	ready   deque.Deque[*keyLine]
-	keyTurn bool
-	peak    int // the most keys held at once since keys was made; see forget
+	fifo fifo // unkeyed waiting tasks
+	// keys holds the line of every key with a task waiting or out, and
+	// ready the lines whose first task may start, earliest first.
+	keys  map[string]*keyLine
+	ready lineHeap
+	// mostKeys is the most keys held at once since keys was made: see
+	// forget.
+	mostKeys int
 
-	waiting   int    // tasks waiting in tasks and in the keys' lines
-	submitted uint64 // tasks accepted; published as stats.submitted
-	inRing    bool   // in dispatcher.ring: it has waiting tasks
-	// For a sub-pool: limit is the most of its tasks out at once, running
-	// counts those out (sent to a worker and not seen to end), and
-	// endedSeen is stats.ended as the dispatcher last counted it.
-	limit, running int
-	endedSeen      uint64
-	busyListed     bool       // in dispatcher.busy: it has tasks out
-	stops          []*request // Subpool Stop and StopWait requests waiting for the lane to be idle
-
-	stats laneStats
+	waiting int  // tasks waiting: in the fifo and in the lines
+	held    int  // of them, those in the lines of keys that are out
+	inRing  bool // in the scheduler's ring: it has waiting tasks
 }
 
-// laneStats are a sub-pool's counters, for its Status. The dispatcher
-// publishes the first group with Store; the others are added to by
-// submitters (CallerRuns, rejections), workers and the dispatcher.
-type laneStats struct {
-	state       atomic.Int32
-	limit       atomic.Int64
-	submitted   atomic.Uint64 // tasks the dispatcher accepted
-	peakWaiting atomic.Int64
-
-	_ [cacheLine]byte
-
-	started, ended  atomic.Uint64 // tasks workers received and ended
-	abandoned       atomic.Uint64 // dropped by a stop: from the lane, or from the hand-off buffer (recall)
-	panicked        atomic.Uint64
-	rejected        atomic.Uint64
-	callerSubmitted atomic.Uint64 // tasks CallerRuns ran in a submitter
-	callerRan       atomic.Uint64
-}
-
-// maxFreeLines is how many unused key lines the dispatcher keeps, so that
-// keys that come and go cost no allocation.
-const maxFreeLines = 256
-
-// smallKeyMap is the most keys whose map a lane keeps however few it holds,
-// so that keys that come and go do not remake it.
-const smallKeyMap = 64
-
-// A keyLine is the line of one key's tasks in one lane: they never run at
-// once and start in submission order. A key has a line only while one of
-// its tasks waits or is out, so an idle key costs nothing.
+// A keyLine is the line of one key's tasks in one lane. A key has a line
+// only while a task with it waits or is out, so an idle key costs nothing.
 type keyLine struct {
 	key   string
 	lane  *lane
-	tasks deque.Deque[func()] // waiting, in submission order
-	out   bool                // one of its tasks is sent to a worker and not seen to end
-	// next links the lines whose task ended, for the dispatcher to see
-	// (Pool.ended); a line is on it at most once, as one task is out.
-	next *keyLine
+	tasks deque.Deque[queued] // waiting, in acceptance order
+	out   bool                // a task of the key is out
+	// at is the line's index in its lane's ready heap, or -1.
+	at int
 }
 
-// startable reports whether the lane has a task that may start now, the
-// pool not being paused: a waiting task, and room under its limit.
-func (l *lane) startable() bool {
-	return (l.tasks.Len() > 0 || l.ready.Len() > 0) && l.underLimit()
+// A queued task is one waiting in a key's line, with its seq: 16 bytes. A
+// keyed task is always a func (see Pool.SubmitKey).
+type queued struct {
+	fn  func()
+	seq uint64
 }
 
-// countEnded brings running up to date with the ends of the lane's tasks
-// that workers counted, and reports whether any came since it last looked.
-func (l *lane) countEnded() bool {
-	ended := l.stats.ended.Load()
-	if ended == l.endedSeen {
-		return false
-	}
-	l.running -= int(ended - l.endedSeen)
-	l.endedSeen = ended
-	return true
-}
-
-// notePeak records a sub-pool's waiting tasks as its PeakWaiting if they
-// are more. They are at most those accepted and neither started nor
-// dropped, as its Status counts them, which includes a task on its way to
-// a worker; and at most those in its lane and the hand-off buffer, which
-// may hold other lanes' tasks. The lesser of the two is within the pool's
-// bound. Status raises the peak too, to the Waiting it reports.
-func (l *lane) notePeak(buffered int) {
-	st := &l.stats
-	n := int64(l.submitted) - int64(st.started.Load()) - int64(st.abandoned.Load())
-	raise(&st.peakWaiting, min(n, int64(l.waiting+buffered)))
+// mayStart reports whether the lane has a waiting task that may start now:
+// one not held by its key, and room under its limit. A limit at or above
+// the pool's maximum, max, never holds a task back: the maximum does.
+func (l *lane) mayStart(max int) bool {
+	return (l.fifo.len() > 0 || l.ready.Len() > 0) && l.underLimit(max)
 }
 
 // underLimit reports whether one more of the lane's tasks may be out.
-func (l *lane) underLimit() bool { return l.sub == nil || l.running < l.limit }
-
-// keyed marks a keyed submission (job.line), whose line the dispatcher
-// finds or makes from job.key.
-var keyed = new(keyLine)
-
-// front returns the task that goes next from the lane, which must be
-// startable, ready to send; line is its key's line, or nil.
-func (l *lane) front() (t job, line *keyLine) {
-	if l.ready.Len() > 0 && (l.keyTurn || l.tasks.Len() == 0) {
-		line = l.ready.Front()
-		return job{fn: line.tasks.Front(), lane: l, line: line}, line
-	}
-	t = job{fn: l.tasks.Front(), lane: l}
-	if t.fn == nil {
-		t.w = l.waiters.Front()
-	}
-	return t, nil
+func (l *lane) underLimit(max int) bool {
+	return l.limit == 0 || l.out < l.limit || l.limit >= max
 }
 
-// pop removes the task front returned, and gives the other kind of task
-// the next turn.
-func (l *lane) pop(line *keyLine) {
+// first returns the lane's waiting task that was accepted first among
+// those that may start, and its key's line (nil if unkeyed). The lane must
+// have one.
+func (l *lane) first() entry {
+	seq, unkeyed := l.fifo.frontSeq()
+	if l.ready.Len() > 0 {
+		line := l.ready[0]
+		q := line.tasks.Front()
+		if !unkeyed || q.seq < seq {
+			return entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
+		}
+	}
+	return entry{task: l.fifo.front(), lane: l, seq: seq}
+}
+
+// remove takes e, which first returned, out of the lane.
+func (l *lane) remove(e entry) {
 	l.waiting--
-	if line != nil {
-		l.ready.PopFront()
-		line.tasks.PopFront()
-		l.keyTurn = false
+	if e.line == nil {
+		l.fifo.popFront()
 		return
 	}
-	if l.tasks.PopFront() == nil {
-		l.waiters.PopFront()
-	}
-	l.keyTurn = true
+	e.line.tasks.PopFront()
+	heap.Remove(&l.ready, e.line.at)
 }
 
-// push appends an unkeyed task.
-func (l *lane) push(t job) {
-	if t.w != nil {
-		l.waiters.PushBack(t.w)
-	}
-	l.tasks.PushBack(t.fn) // nil for a waiter
+// push puts e, a task of the lane, behind its waiting tasks: in the fifo,
+// or in its key's line.
+func (l *lane) push(e entry) {
 	l.waiting++
-}
-
-// pushFront puts an unkeyed task taken back at the front.
-func (l *lane) pushFront(t job) {
-	if t.w != nil {
-		l.waiters.PushFront(t.w)
+	line := e.line
+	if line == nil {
+		l.fifo.pushBack(e.task, e.seq)
+		return
 	}
-	l.tasks.PushFront(t.fn)
-	l.waiting++
+	line.tasks.PushBack(queued{e.fn, e.seq})
+	switch {
+	case line.out:
+		l.held++
+	case line.tasks.Len() == 1:
+		heap.Push(&l.ready, line)
+	}
 }
 
-// line returns key's line in the lane, made if it has none.
+// pushFront puts e, a task of the lane handed out and taken back before it
+// started, back in front of its waiting tasks: it was accepted before them.
+// Its key is no longer out.
+func (l *lane) pushFront(e entry) {
+	l.waiting++
+	line := e.line
+	if line == nil {
+		l.fifo.pushFront(e.task, e.seq)
+		return
+	}
+	line.out = false
+	l.held -= line.tasks.Len()
+	line.tasks.PushFront(queued{e.fn, e.seq})
+	if line.at >= 0 {
+		heap.Fix(&l.ready, line.at)
+	} else {
+		heap.Push(&l.ready, line)
+	}
+}
+
+// line returns key's line in the lane, made if it has none; free holds
+// unused lines to reuse.
 func (l *lane) line(key string, free *[]*keyLine) *keyLine {
 	if line := l.keys[key]; line != nil {
 		return line
@@ -181,28 +147,173 @@ func (l *lane) line(key string, free *[]*keyLine) *keyLine {
 	} else {
 		line = new(keyLine)
 	}
-	line.key, line.lane = key, l
+	line.key, line.lane, line.at = key, l, -1
 	l.keys[key] = line
-	l.peak = max(l.peak, len(l.keys))
+	l.mostKeys = max(l.mostKeys, len(l.keys))
 	return line
 }
 
-// forget drops line, whose key has no task waiting or out, so that the key
-// costs nothing, and keeps up to maxFreeLines lines, with their buffers, for
-// keys to come. A map keeps the memory of the most keys it ever held, so
-// once the lane holds a quarter of its peak, keys moves to a map of its
-// present size, unless that peak is small enough to keep (smallKeyMap).
+// keyEnded frees line's key, whose task out ended or was taken back: its
+// next task may start, or, with none waiting, the line goes.
+func (l *lane) keyEnded(line *keyLine, free *[]*keyLine) {
+	line.out = false
+	if n := line.tasks.Len(); n > 0 {
+		l.held -= n
+		heap.Push(&l.ready, line)
+		return
+	}
+	l.forget(line, free)
+}
+
+// maxFreeLines is how many unused key lines the scheduler keeps, so that
+// keys that come and go cost no allocation.
+const maxFreeLines = 256
+
+// smallKeyMap is the most keys whose map a lane keeps however few it holds,
+// so that keys that come and go do not remake it.
+const smallKeyMap = 64
+
+// forget drops line, whose key has no task waiting or out, and keeps up to
+// maxFreeLines lines, with their buffers, for keys to come. A map keeps the
+// memory of the most keys it ever held, so once the lane holds a quarter of
+// that, its keys move to a map of their present size, unless the most is
+// small enough to keep (smallKeyMap).
 func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 	delete(l.keys, line.key)
 	if len(*free) < maxFreeLines {
-		*line = keyLine{tasks: line.tasks} // empty, its buffer kept
+		*line = keyLine{tasks: line.tasks, at: -1} // empty, its buffer kept
 		*free = append(*free, line)
 	}
-	if n := len(l.keys); n < l.peak/4 && l.peak > smallKeyMap {
+	if n := len(l.keys); n < l.mostKeys/4 && l.mostKeys > smallKeyMap {
 		keys := make(map[string]*keyLine, n)
 		for k, v := range l.keys {
 			keys[k] = v
 		}
-		l.keys, l.peak = keys, n
+		l.keys, l.mostKeys = keys, n
 	}
+}
+
+// drain removes every waiting task of the lane and appends it to tasks, in
+// no particular order. The lines of keys that are out stay, empty, until
+// their task ends; the others go.
+func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
+	for l.fifo.len() > 0 {
+		t, seq := l.fifo.front(), l.fifo.firstSeq()
+		l.fifo.popFront()
+		tasks = append(tasks, entry{task: t, lane: l, seq: seq})
+	}
+	for _, line := range l.keys {
+		for q := range line.tasks.IterPopFront() {
+			tasks = append(tasks, entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq})
+		}
+		line.at = -1
+		if !line.out {
+			l.forget(line, free)
+		}
+	}
+	l.ready = l.ready[:0]
+	l.waiting, l.held = 0, 0
+	return tasks
+}
+
+// A lineHeap orders key lines by the seq of their first waiting task: the
+// ready lines of a lane, for container/heap.
+type lineHeap []*keyLine
+
+func (h lineHeap) Len() int { return len(h) }
+func (h lineHeap) Less(i, j int) bool {
+	return h[i].tasks.Front().seq < h[j].tasks.Front().seq
+}
+func (h lineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *lineHeap) Push(x any) {
+	line := x.(*keyLine)
+	line.at = len(*h)
+	*h = append(*h, line)
+}
+func (h *lineHeap) Pop() any {
+	old := *h
+	line := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	if n := len(*h); n < cap(*h)/4 && cap(*h) > smallKeyMap {
+		*h = slices.Clone(*h) // gives back the memory of a burst of keys
+	}
+	line.at = -1
+	return line
+}
+
+// A fifo is a queue of unkeyed tasks with their seqs. A func costs 8 bytes
+// in it, a waiter 24: their seqs are kept apart, as runs of consecutive
+// numbers, and a lane's tasks mostly come in long runs.
+type fifo struct {
+	fns     deque.Deque[func()] // nil: the next of waiters
+	waiters deque.Deque[waiter]
+	runs    deque.Deque[seqRun]
+}
+
+// A seqRun is n consecutive seqs from first: those of n tasks in a row.
+type seqRun struct{ first, n uint64 }
+
+func (f *fifo) len() int { return f.fns.Len() }
+
+// front returns the first task; the fifo must not be empty.
+func (f *fifo) front() task {
+	if fn := f.fns.Front(); fn != nil {
+		return task{fn: fn}
+	}
+	return task{w: f.waiters.Front()}
+}
+
+// firstSeq returns the first task's seq; the fifo must not be empty.
+func (f *fifo) firstSeq() uint64 { return f.runs.Front().first }
+
+// frontSeq returns the first task's seq, and false if there is none.
+func (f *fifo) frontSeq() (uint64, bool) {
+	if f.runs.Len() == 0 {
+		return 0, false
+	}
+	return f.runs.Front().first, true
+}
+
+func (f *fifo) popFront() {
+	if f.fns.PopFront() == nil {
+		f.waiters.PopFront()
+	}
+	r := f.runs.Front()
+	if r.n == 1 {
+		f.runs.PopFront()
+	} else {
+		f.runs.Set(0, seqRun{r.first + 1, r.n - 1})
+	}
+}
+
+func (f *fifo) pushBack(t task, seq uint64) {
+	f.fns.PushBack(t.fn) // nil for a waiter
+	if t.w != nil {
+		f.waiters.PushBack(t.w)
+	}
+	if n := f.runs.Len(); n > 0 {
+		if r := f.runs.Back(); r.first+r.n == seq {
+			f.runs.Set(n-1, seqRun{r.first, r.n + 1})
+			return
+		}
+	}
+	f.runs.PushBack(seqRun{seq, 1})
+}
+
+func (f *fifo) pushFront(t task, seq uint64) {
+	f.fns.PushFront(t.fn)
+	if t.w != nil {
+		f.waiters.PushFront(t.w)
+	}
+	if f.runs.Len() > 0 {
+		if r := f.runs.Front(); r.first == seq+1 {
+			f.runs.Set(0, seqRun{seq, r.n + 1})
+			return
+		}
+	}
+	f.runs.PushFront(seqRun{seq, 1})
 }

@@ -126,7 +126,7 @@ func (t *mapTask[T, R]) finish(err error) {
 func window(s Submitter) int {
 	p, sub := s.target()
 	if sub != nil {
-		return int(sub.lane.stats.limit.Load())
+		return int(sub.stats.limit.Load())
 	}
 	return p.Size()
 }

@@ -87,52 +87,56 @@ var (
 type Pool struct {
 	cfg config // fixed at New
 
-	// tasks carries submissions to the dispatcher. It is unbuffered so that
-	// a task is accepted exactly when the dispatcher takes it, and the
-	// dispatcher receives only while it can place the task.
-	tasks chan job
+	// tasks carries submissions and requests to the dispatcher. It is
+	// unbuffered, so that a task is accepted exactly when the dispatcher
+	// takes it; the dispatcher receives only while it can place the task,
+	// so that Block submitters wait in their send while a bounded queue is
+	// full.
+	tasks chan message
 	// reject is sent on by the dispatcher, only while the bounded queue is
 	// full, to tell submitters that do not wait to give up.
 	reject chan struct{}
-	// work carries tasks from the dispatcher to the workers. A send on it
-	// goes to the worker parked longest, if one is; else into its small
-	// buffer, the hand-off buffer, from which a worker that comes free
-	// takes its next task without waiting for the dispatcher (see
-	// dispatcher). The zero job tells the receiving worker to exit, and
-	// closing it tells them all.
-	work chan job
-	// control carries Pause, Resize, Stop, StopWait, Shutdown and clock
-	// requests to the dispatcher, which receives them until its loop ends.
-	// While it receives submissions, it receives them on tasks.
+	// control carries requests to the dispatcher while it does not
+	// receive on tasks.
 	control chan *request
-	// wants says what the dispatcher wants of the workers (the want*
-	// bits); only the dispatcher writes it. wake (buffer 1) is how a
-	// worker tells it that it did.
+	// work carries tasks from the dispatcher to the workers, and quits to
+	// idle workers. A send on it goes to the worker parked longest, if one
+	// is; else into its buffer, the hand-off buffer (see handoff.go).
+	// Closing it tells the workers to exit once the pool has stopped.
+	work chan handOff
+	// wants says what the dispatcher wants of the workers (the want* bits);
+	// only the dispatcher writes it. wake (buffer 1) is how a worker, or a
+	// submitter leaving a stopping pool, tells it that something it waits
+	// for happened.
 	wants atomic.Uint32
 	wake  chan struct{}
+	// reports carries the ends of sub-pools' and keyed tasks, and the tasks
+	// workers dropped late, from the workers to the dispatcher.
+	reports reports
 	// deadline points at the channel that closes when a Shutdown deadline
-	// passes, while the dispatcher watches one (watchDeadline); cut is set
-	// when Stop or a passed deadline first takes back the hand-off buffer
-	// (see abandonQueue). Workers look at both (watchLate).
+	// passes, while the dispatcher watches one; cut is set when Stop or a
+	// passed deadline first takes back the hand-off buffer. Workers look at
+	// both (watchLate).
 	deadline atomic.Pointer[<-chan struct{}]
 	cut      atomic.Pointer[cutoff]
-	// ended lists the key lines whose task ended, linked by next, for the
-	// dispatcher to see (seeEnds): workers push, the dispatcher takes all.
-	ended atomic.Pointer[keyLine]
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64
 
+	// closed is set by the dispatcher once the pool accepts no more
+	// submissions, just before it closes stopping. senders counts the
+	// submitters that found closed unset and have not yet handed their
+	// task over (or registered a CallerRuns task): the dispatcher finishes
+	// only once it is 0, so that every submission it let through is taken.
+	closed  atomic.Bool
+	senders atomic.Int64
 	// stopCalled is won by the first Stop, drainCalled by the first
 	// StopWait or Shutdown; each then sends its request.
 	stopCalled, drainCalled atomic.Bool
-	// hasSubpools is set by the first call of Subpool.
-	hasSubpools atomic.Bool
-	// stopping is closed by the dispatcher when it takes either request:
-	// from then on it accepts nothing and every submission fails. closing
-	// is closed when its loop ends and the workers are told to exit: from
-	// then on it takes no requests. done is closed by the dispatcher as its
-	// last act, after every goroutine the pool started has exited.
+	// stopping is closed by the dispatcher once it accepts nothing more;
+	// closing when its loop has ended and it tells the workers to exit, so
+	// that its clock and deadline watchers give up; done as its last act,
+	// after every goroutine the pool started has exited.
 	stopping, closing, done chan struct{}
 
 	// wg counts the pool's goroutines other than the dispatcher: workers,
@@ -140,19 +144,19 @@ type Pool struct {
 	// before it closes done.
 	wg sync.WaitGroup
 
-	// abandoned holds the tasks that Stop or a Shutdown deadline dropped,
-	// and dropped says whether any task was dropped, waiters included. The
-	// dispatcher writes both before closing done; they are read after it,
-	// abandoned by the first caller to win claimed.
+	// abandoned holds the fire-and-forget tasks that Stop or a Shutdown
+	// deadline dropped, in the order the pool accepted them, and dropped
+	// says whether any task was dropped, waiters included. The dispatcher
+	// writes both before closing done; they are read after it, abandoned
+	// by the first caller to win claimed.
 	abandoned []func()
 	dropped   bool
 	claimed   atomic.Bool
-	// recalled holds the tasks dropped from the hand-off buffer (see
-	// recall), for the dispatcher to add to abandoned once the workers
-	// have exited.
-	recalled struct {
+
+	// subpools lists the pool's sub-pools, in the order they were made.
+	subpools struct {
 		mu   sync.Mutex
-		jobs []job
+		list []*Subpool
 	}
 
 	stats stats
@@ -173,21 +177,21 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	}
 	p := &Pool{
 		cfg:      cfg,
-		work:     make(chan job, buffer),
-		tasks:    make(chan job),
+		tasks:    make(chan message),
 		reject:   make(chan struct{}),
 		control:  make(chan *request),
+		work:     make(chan handOff, buffer),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
-	d := &dispatcher{p: p, max: maxWorkers}
+	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers)}
 	d.clock.timeout = p.cfg.idleTimeout
 	d.publishWorkers()
 	for range p.cfg.minWorkers {
-		d.start(job{})
+		d.start(handOff{})
 	}
 	go d.run()
 	return p
@@ -233,20 +237,21 @@ func (p *Pool) StopWait() {
 	<-p.done
 }
 
-// request sends r to the dispatcher, unless its loop has ended. It does not
+// request sends r to the dispatcher, unless it has finished. It does not
 // wait for r.done.
-func (p *Pool) request(r *request) bool { return p.send(r, p.closing, nil) }
+func (p *Pool) request(r *request) bool { return p.sendRequest(r, p.done, nil) }
 
-// send sends r to the dispatcher on p.tasks, where it waits for submissions
-// alone, or on p.control, which it receives otherwise. It gives up, and
-// returns false, once either of the two channels is closed (nil: never).
-func (p *Pool) send(r *request, giveUp1, giveUp2 <-chan struct{}) bool {
+// sendRequest sends r to the dispatcher on p.tasks, where it waits for
+// submissions alone, or on p.control, which it receives otherwise. It gives
+// up, and returns false, once either of the two channels is closed (nil:
+// never).
+func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
 	select {
-	case p.tasks <- job{r: r}:
+	case p.tasks <- message{kind: requestMessage, req: r}:
 	case p.control <- r:
-	case <-giveUp1:
+	case <-giveUp:
 		return false
-	case <-giveUp2:
+	case <-cancel:
 		return false
 	}
 	return true

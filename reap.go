@@ -80,7 +80,7 @@ func (p *Pool) clock(ticks <-chan time.Time) {
 	for {
 		select {
 		case <-ticks:
-			if !p.send(tick, p.closing, nil) {
+			if !p.sendRequest(tick, p.closing, nil) {
 				return
 			}
 		case <-p.closing:
@@ -97,23 +97,29 @@ func (d *dispatcher) reap() {
 	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
 	d.p.tick.Store(tick)
 	idle, stale := d.survey(tick, now)
-	d.quitParked(min(idle-stale, d.workers-d.quitting()-d.cfg().minWorkers))
+	d.quitParked(min(idle-stale, d.workers()-d.cfg().minWorkers))
+	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 }
 
 // survey counts the workers that look parked since a timeout before now
 // (stale ones included), and the stale ones. It also forgets the workers
-// that have exited, keeping their counts in d.retired.
+// that have exited, keeping the tasks they did in d.retiredDone and what
+// they received in d.retiredReceived.
 func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
-	received := d.retired.received
+	received := d.retiredReceived
 	var live []*worker // once a worker has exited: the others
 	for i, w := range d.all {
 		phase, since := w.state()
 		done, busy := phase>>1, phase&1
-		if since == exitedMark {
-			// Gone, after receiving its quit.
-			d.retired.done += done
-			d.retired.received += done + 1
-			received += done + 1
+		if since == quitMark || since == retiredMark {
+			// Gone: after receiving a quit, or after its last task.
+			got := done
+			if since == quitMark {
+				got++
+			}
+			d.retiredDone += done
+			d.retiredReceived += got
+			received += got
 			if live == nil {
 				live = append(make([]*worker, 0, len(d.all)), d.all[:i]...)
 			}
@@ -134,29 +140,4 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 		d.publishWorkers()
 	}
 	return idle, int(d.handed + d.quits - received)
-}
-
-// quitParked tells up to n parked workers, longest parked first, to exit:
-// fewer if fewer are parked. A send goes to a parked worker if one is; if
-// none is, the quit lands in the hand-off buffer, and is taken back: it
-// would go to the next worker to come free, not an idle one.
-func (d *dispatcher) quitParked(n int) {
-	if len(d.p.work) > 0 {
-		return // tasks wait in the buffer, so no worker is parked
-	}
-	for range n {
-		select {
-		case d.p.work <- job{}:
-		default:
-			return
-		}
-		if len(d.p.work) > 0 {
-			select {
-			case <-d.p.work:
-				return // no worker was parked
-			default: // a worker took it meanwhile
-			}
-		}
-		d.quitSent(true)
-	}
 }

@@ -1,12 +1,44 @@
 package workerpool
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
+
+// A request asks the dispatcher to do something other than take a task.
+// It travels on Pool.tasks, in a message, or on Pool.control; done, if not
+// nil, is closed once the request has taken effect.
+type request struct {
+	kind     requestKind
+	n        int             // resize, subResize: the new maximum or limit
+	ctx      context.Context // pause: pause until it is done
+	deadline <-chan struct{} // drain: a Shutdown's ctx.Done(), or nil
+	sub      *Subpool        // sub*: the sub-pool
+	tasks    []func()        // subStop: the tasks it dropped; written before done closes
+	done     chan struct{}
+}
+
+// A requestKind says what a request asks for.
+type requestKind uint8
+
+const (
+	tickRequest      requestKind = iota + 1 // the reaping clock ticked
+	pauseRequest                            // Pause: hold the queue until ctx is done
+	resizeRequest                           // Resize: set the maximum to n
+	stopRequest                             // Stop: drop the queue, then drain
+	drainRequest                            // StopWait or Shutdown: run the queue, accept nothing more
+	subResizeRequest                        // Subpool.Resize: set its limit to n
+	subStopRequest                          // Subpool.Stop: drop its tasks, wait for it to be idle
+	subDrainRequest                         // Subpool.StopWait: wait for it to be idle
+)
 
 // handle carries out a request.
 func (d *dispatcher) handle(r *request) {
 	switch r.kind {
 	case tickRequest:
-		d.reap()
+		if !d.down {
+			d.reap()
+		}
 	case pauseRequest:
 		d.pause(r) // answers r.done when the pause takes hold
 		return
@@ -15,7 +47,7 @@ func (d *dispatcher) handle(r *request) {
 	case stopRequest:
 		// Drop the queue first, so that ending a pause in drain starts
 		// none of it.
-		d.abandonQueue()
+		d.dropQueue()
 		d.drain()
 	case drainRequest:
 		// Look at the deadline first, so that a Shutdown whose ctx is
@@ -23,19 +55,14 @@ func (d *dispatcher) handle(r *request) {
 		d.watchDeadline(r.deadline)
 		d.drain()
 	case subResizeRequest:
-		// The task handed out ahead may be the lane's, out under the old
-		// limit: it goes back, to be handed out again under the new one.
-		d.requeue(d.takeBack())
-		r.lane.limit = r.n
-		r.lane.stats.limit.Store(int64(r.n))
+		// A task of the sub-pool in the hand-off buffer was handed out
+		// under the old limit: it goes back, to go out under the new one.
+		d.requeue()
+		d.sched.setLimit(r.sub.lane, r.n)
+		r.sub.stats.limit.Store(int64(r.n))
 		d.fill()
-	case subpoolRequest:
-		d.subpools = true
-		if len(d.p.work) > 0 {
-			d.requeue(d.takeBack()) // one task at a time from now on
-		}
 	case subStopRequest, subDrainRequest:
-		d.stopLane(r) // answers r.done once the lane is idle
+		d.stopLane(r) // answers r.done once the sub-pool is idle
 		return
 	}
 	if r.done != nil {
@@ -43,19 +70,23 @@ func (d *dispatcher) handle(r *request) {
 	}
 }
 
-// resize sets the maximum. Parked workers above it exit now, busy ones when
-// their task ends (the loop offers them quit); a larger maximum starts
-// workers for queued tasks. The hand-off buffer was filled for the old
-// maximum, so it is taken back: its quits may no longer be wanted, its tasks
-// may go to new workers, and, below the old maximum, must not go to a
-// worker coming free that is to quit.
+// resize sets the maximum. Parked workers above it exit now, busy ones
+// when their task ends (wantRetire); a larger maximum starts workers for
+// waiting tasks. The hand-off buffer was filled for the old maximum, so it
+// is taken back: a larger maximum may let a sub-pool's limit hold tasks
+// back that it did not before.
 func (d *dispatcher) resize(n int) {
-	if n != d.max {
-		d.requeue(d.takeBack())
+	if n == d.max {
+		return
 	}
+	d.requeue()
 	d.max = n
+	d.sched.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
-	d.quitParked(d.workers - d.quitting() - d.max)
+	if !d.down {
+		d.quitParked(d.workers() - n)
+		d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
+	}
 	d.fill()
 }
 
@@ -71,7 +102,7 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
-		d.requeue(d.takeBack())
+		d.requeue()
 		// Paused before the pause is acknowledged: once Pause returns,
 		// Status says so.
 		d.setState(Paused)
@@ -83,11 +114,13 @@ func (d *dispatcher) pause(r *request) {
 }
 
 // checkPauseAck answers the current pause once no task is running: every
-// task handed to a worker is done.
-func (d *dispatcher) checkPauseAck() {
+// task handed to a worker is done. It reports whether it did.
+func (d *dispatcher) checkPauseAck() bool {
 	if d.pauseAck != nil && d.doneTasks() == d.handed {
 		d.ackPause()
+		return true
 	}
+	return false
 }
 
 // ackPause lets the current Pause return and stops the workers' signals.
@@ -114,7 +147,7 @@ func (d *dispatcher) endPause() {
 }
 
 // drain stops accepting tasks and ends every pause, so that what is queued
-// runs. The loop in run ends once the queue is empty.
+// runs. The loop ends once the queue is empty.
 func (d *dispatcher) drain() {
 	if d.draining {
 		return
@@ -123,8 +156,9 @@ func (d *dispatcher) drain() {
 	for d.paused {
 		d.endPause() // queued pauses are answered at once now
 	}
-	d.setState(Stopping) // before a submitter can see ErrStopped
-	close(d.p.stopping)  // submitters waiting in submit get ErrStopped now
+	d.setState(Stopping)   // before a submitter can see ErrStopped
+	d.p.closed.Store(true) // submitters check it first
+	close(d.p.stopping)    // submitters waiting in a select get ErrStopped now
 }
 
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
@@ -134,7 +168,7 @@ func (d *dispatcher) drain() {
 func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 	select {
 	case <-dl:
-		d.abandonQueue()
+		d.dropQueue()
 		return
 	default:
 	}
@@ -165,10 +199,10 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 }
 
 // checkDeadline drops the queue if a Shutdown deadline has passed, and
-// reports whether it did. The loop calls it before every select, and fill
-// before it hands anything out, so that no queued task starts once the
-// deadline has passed, even when a worker is free at that very moment: a
-// select would choose at random between the worker and the deadline.
+// reports whether it did. The loop calls it before it hands anything out,
+// so that no queued task starts once the deadline has passed, even when a
+// worker is free at that very moment: a select would choose at random
+// between the worker and the deadline.
 func (d *dispatcher) checkDeadline() bool {
 	if d.deadline == nil {
 		return false
@@ -176,92 +210,129 @@ func (d *dispatcher) checkDeadline() bool {
 	select {
 	case <-d.deadline:
 		d.deadline = nil
-		d.abandonQueue()
+		d.dropQueue()
 		return true
 	default:
 		return false
 	}
 }
 
-// abandonQueue empties every lane for Stop or a passed Shutdown deadline:
-// fire-and-forget tasks are kept for the first Stop or Shutdown to return,
-// each lane's in order, and waiters get ErrStopped. It may run more than
-// once, but nothing enters a lane once draining, so later runs find them
-// empty.
-func (d *dispatcher) abandonQueue() {
-	back := d.cutBuffer()
-	d.p.recall(back...)
-	n := len(back) + d.waiting
-	if n == 0 {
-		return
+// dropQueue drops every waiting task, for Stop or a passed Shutdown
+// deadline: those in the hand-off buffer and those in the scheduler, and
+// any that a submitter on its way hands over later.
+func (d *dispatcher) dropQueue() {
+	d.cut = true
+	for _, h := range d.cutBuffer() {
+		d.sched.ended(h.entry) // it was out
+		d.drop(h)
 	}
-	for _, l := range slices.Clone(d.ring) {
-		tasks, _ := d.drop(l) // n counted above
-		d.p.abandoned = append(d.p.abandoned, tasks...)
+	for _, e := range d.sched.dropAll() {
+		d.drop(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
 	}
-	d.p.dropped = true
-	d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
-	d.setWaiting()
+	d.publishWaiting()
+}
+
+// drop drops h, a task that will never run: its waiter gets ErrStopped,
+// and a fire-and-forget task is kept for Stop to return.
+func (d *dispatcher) drop(h handOff) {
+	d.p.stats.abandoned.Add(1)
+	if h.sub != nil {
+		h.sub.stats.abandoned.Add(1)
+	}
+	if h.w != nil {
+		h.w.finish(ErrStopped)
+		h.w = nil
+	}
+	d.dead = append(d.dead, h)
 }
 
 // stopLane carries out a sub-pool's Stop (dropping its waiting tasks) or
-// StopWait, and answers r once the lane has no task waiting or out.
+// StopWait, and answers r once the sub-pool has no task waiting or out.
 func (d *dispatcher) stopLane(r *request) {
-	l := r.lane
-	if r.kind == subStopRequest {
-		// A task of l handed out ahead has not started: it is dropped
-		// with the others. (One that a worker takes from the buffer
-		// meanwhile has started, and runs; Stop waits for it.) The loop
-		// hands out again any other lane's task taken back with it.
-		d.requeue(d.takeBack())
-		var n int
-		r.tasks, n = d.drop(l)
-		d.p.stats.abandoned.Store(d.p.stats.abandoned.Load() + uint64(n))
-		d.setWaiting()
+	sub, l := r.sub, r.sub.lane
+	if r.kind == subStopRequest && !d.cut {
+		// Its tasks in the hand-off buffer have not started: they are
+		// dropped with the others. (One that a worker takes meanwhile
+		// has started, and runs; Stop waits for it.) The other lanes'
+		// tasks taken back with them are handed out again.
+		var gone, others []entry
+		for _, h := range d.takeBack() {
+			if h.lane == l {
+				d.sched.ended(h.entry)
+				gone = append(gone, h.entry)
+			} else {
+				others = append(others, h.entry)
+			}
+		}
+		d.sched.putBack(others)
+		gone = append(gone, d.sched.dropLane(l)...)
+		slices.SortFunc(gone, bySeq)
+		for _, e := range gone {
+			if e.w != nil {
+				e.w.finish(ErrStopped)
+			} else {
+				r.tasks = append(r.tasks, e.fn)
+			}
+		}
+		d.p.stats.abandoned.Add(uint64(len(gone)))
+		sub.stats.abandoned.Add(uint64(len(gone)))
+		d.publishWaiting()
 	}
-	l.stats.state.Store(int32(Stopping))
-	if len(l.stops) == 0 {
-		d.stopping = append(d.stopping, l)
-	}
-	l.stops = append(l.stops, r)
-	l.countEnded() // its workers counted ends without telling (see endsMatter)
-	d.settleStops(l)
+	sub.stats.state.Store(int32(Stopping))
+	d.stops = append(d.stops, r)
+	d.collect()
+	d.settleStops()
 }
 
-// settleStops answers the Stop and StopWait requests of lane l once it has
-// no task waiting or out.
-func (d *dispatcher) settleStops(l *lane) {
-	if len(l.stops) == 0 || l.waiting > 0 || l.running > 0 {
-		return
-	}
-	l.stats.state.Store(int32(Stopped)) // before Stop returns
-	for _, r := range l.stops {
+// settleStops answers the sub-pools' Stop and StopWait requests whose
+// sub-pools have no task waiting or out.
+func (d *dispatcher) settleStops() {
+	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
+		if !d.sched.idle(r.sub.lane) {
+			return false
+		}
+		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
 		close(r.done)
-	}
-	l.stops = nil
-	d.stopping = slices.DeleteFunc(d.stopping, func(x *lane) bool { return x == l })
+		return true
+	})
 }
 
-// exit tells every worker to exit once its task is done, by closing the
-// channel they park on, and waits for every goroutine the pool started.
-// Requests still on their way give up (they watch p.closing): a Pause or a
-// Resize has nothing left to act on.
-func (d *dispatcher) exit() {
-	// The loop ended with the hand-off buffer empty: every quit sent has
-	// been received, and its worker is on its way out.
-	d.setWorkers(d.workers - d.quitting())
-	d.quitsCounted = d.quits
-	close(d.p.closing) // the clock, deadline mergers and late requests give up
-	close(d.p.work)    // the workers run what is buffered first
+// windDown ends the dispatcher's work once the loop is finished: every
+// task accepted has been handed out or dropped, and no submitter is on its
+// way. It tells the workers to exit once their tasks end, answers the
+// requests that come until they have (a sub-pool's Stop returns as soon as
+// its own tasks have ended), and waits for every goroutine the pool
+// started. Then it publishes what was dropped, for Stop, and closes p.done.
+func (d *dispatcher) windDown() {
+	p := d.p
+	d.down = true
+	close(p.closing) // the clock and deadline mergers give up
 	d.clock.stop()
-	d.p.wg.Wait() // each exiting worker counts itself out of stats.workers
-	d.dropRecalled()
-	for _, l := range d.stopping { // their tasks ran or were dropped
-		l.stats.state.Store(int32(Stopped)) // before Stop returns
-		for _, r := range l.stops {
-			close(r.done)
+	close(p.work) // the workers exit once their tasks end
+	for {
+		d.collect()
+		d.settleStops()
+		d.updateWants()
+		if d.workers() == 0 {
+			break
+		}
+		select {
+		case r := <-p.control:
+			d.handle(r)
+		case <-p.wake:
+			// A worker ended a task or exited.
 		}
 	}
-	d.setWorkers(0)
+	p.wg.Wait()
+	d.collect()
+	d.settleStops()
+	slices.SortFunc(d.dead, func(a, b handOff) int { return bySeq(a.entry, b.entry) })
+	for _, h := range d.dead {
+		if h.fn != nil {
+			p.abandoned = append(p.abandoned, h.fn)
+		}
+	}
+	p.dropped = len(d.dead) > 0
 	d.setState(Stopped)
+	close(p.done)
 }

@@ -106,23 +106,18 @@ func (p *Pool) Status() Status {
 		Completed:   done + callerRan,
 		Panicked:    panicked,
 		Rejected:    s.rejected.Load(),
-		Abandoned:   s.abandoned.Load() + s.abandonedLate.Load(),
+		Abandoned:   s.abandoned.Load(),
 	}
 }
 
-// waitingNow returns the tasks waiting for a worker: those in the queue,
-// which the dispatcher publishes, and those in the hand-off buffer, which
-// workers take from without telling it, less the quits in the buffer. A
-// task the dispatcher has just sent from a lane to the buffer is counted
-// twice until it publishes the lane's count, so the sum is held to the
-// bound, which the tasks waiting never exceed.
+// waitingNow returns the tasks waiting for a worker: those in the
+// scheduler, which the dispatcher publishes, and those in the hand-off
+// buffer, which workers take from without telling it. A task the
+// dispatcher has just handed out from the scheduler to the buffer is
+// counted twice until it publishes the scheduler's count, so the sum is
+// held to the bound, which the tasks waiting never exceed.
 func (p *Pool) waitingNow() int {
-	s := &p.stats
-	// Read the quits received before those sent, so that quits is never
-	// less than those in the buffer.
-	received := s.quitsReceived.Load()
-	quits := int(s.quitsSent.Load() - received)
-	n := max(int(s.waiting.Load())+len(p.work)-quits, 0)
+	n := int(p.stats.waiting.Load()) + len(p.work)
 	if bound := p.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
 	}
@@ -150,19 +145,19 @@ func raise(peak *atomic.Int64, n int64) int64 {
 
 // stats holds what Status reports. The dispatcher is the only writer of
 // the fields up to reg, which it publishes with Store so that Status never
-// waits for it; exiting workers also count themselves out of workers, and
-// Status raises peakWaiting. The fields after the padding are added to by
-// submitters and workers as well.
+// waits for it, but for workers, which the dispatcher counts in and workers
+// count out as they leave (see countIn), and peakWaiting, which Status
+// raises too. The fields after the padding are added to by submitters and
+// workers.
 type stats struct {
 	state       atomic.Int32
 	maxWorkers  atomic.Int64
-	workers     atomic.Uint64 // version<<32 | count; see setWorkers
+	workers     atomic.Uint64 // version<<32 | count; see countIn
 	peakWorkers atomic.Int64
-	waiting     atomic.Int64 // tasks in the queue, not the hand-off buffer
+	waiting     atomic.Int64 // tasks in the scheduler, not the hand-off buffer
 	peakWaiting atomic.Int64
 	submitted   atomic.Uint64 // tasks the dispatcher accepted
 	abandoned   atomic.Uint64
-	quitsSent   atomic.Uint64            // zero jobs sent on Pool.work, less those taken back
 	reg         atomic.Pointer[registry] // every worker, for Status to sum
 
 	_ [cacheLine]byte // the dispatcher's fields above, the others' below
@@ -171,8 +166,7 @@ type stats struct {
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
 	callerRan       atomic.Uint64 // of them, those that ended
-	abandonedLate   atomic.Uint64 // tasks workers dropped after a Shutdown deadline
-	quitsReceived   atomic.Uint64 // zero jobs workers received
+	quitsReceived   atomic.Uint64 // quits workers received
 }
 
 // A registry lists the workers for Status: those started and not yet
@@ -184,22 +178,42 @@ type registry struct {
 	retired uint64 // tasks done by workers no longer listed
 }
 
-// setWorkers publishes n as the count of workers. The count shares a word
-// with a version that every change increments, so that a reader can tell
-// whether the count changed while it looked at the workers. Called by the
-// dispatcher only.
-func (s *stats) setWorkers(n int) {
-	if int64(n) > s.peakWorkers.Load() {
-		s.peakWorkers.Store(int64(n)) // before the count: Workers <= PeakWorkers
+// The count of workers shares a word with a version that every change
+// increments, so that a reader can tell whether the count changed while it
+// looked at the workers. The dispatcher counts a worker in as it starts it,
+// and out as it sends it a quit; a worker counts itself out as it retires
+// or, once the dispatcher winds down, as it leaves.
+
+// countIn counts one more worker. Only the dispatcher calls it, so the
+// count it makes is at most one more than it saw: raising the peak to that
+// first keeps Workers <= PeakWorkers in every snapshot.
+func (s *stats) countIn() {
+	if n := int64(s.workerCount()) + 1; n > s.peakWorkers.Load() {
+		s.peakWorkers.Store(n)
 	}
-	v := s.workers.Load() >> 32
-	s.workers.Store((v+1)<<32 | uint64(n))
+	s.workers.Add(1<<32 + 1)
 }
 
-// countOut takes one exiting worker off the count, as the dispatcher would,
-// after it has stopped counting (see dispatcher.exit).
+// countOut counts one worker fewer; there is at least one.
 func (s *stats) countOut() {
-	s.workers.Add(1<<32 - 1) // version+1, count-1; the count is at least 1
+	s.workers.Add(1<<32 - 1) // version+1, count-1
+}
+
+// workerCount returns the count of workers.
+func (s *stats) workerCount() int { return int(uint32(s.workers.Load())) }
+
+// retireOne counts one worker out if there are more than the maximum, and
+// reports whether it did: the calling worker then exits.
+func (s *stats) retireOne() bool {
+	for {
+		w := s.workers.Load()
+		if int64(uint32(w)) <= s.maxWorkers.Load() {
+			return false
+		}
+		if s.workers.CompareAndSwap(w, w+1<<32-1) {
+			return true
+		}
+	}
 }
 
 // workersAndTasks returns the count of workers, how many of them are busy,

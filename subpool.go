@@ -29,7 +29,9 @@ import (
 type Subpool struct {
 	p    *Pool
 	name string
-	lane *lane // its queue; owned by the dispatcher
+	lane *lane // its queue in the scheduler; owned by the dispatcher
+
+	stats subStats
 
 	// Submitters hold gate for reading while they submit. Stop and
 	// StopWait close stopping, which releases the submitters waiting for
@@ -46,10 +48,12 @@ type Subpool struct {
 // caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
 // pool, the sub-pool's submissions return [ErrStopped].
 //
-// From the first call of Subpool on, the pool hands out one task at a time
-// ahead of its workers, chosen in turn, rather than filling a buffer of up
-// to 64 tasks of one queue: a task that comes to another queue then waits
-// behind at most one task handed out before its turn.
+// While more than one of the pool's queues (its own and its sub-pools')
+// has tasks waiting, the pool hands out one task at a time ahead of its
+// workers, chosen in turn, rather than filling a buffer of up to 64 tasks
+// of one queue: a task that comes to another queue then waits behind at
+// most one task handed out before its turn. A sub-pool with no task
+// waiting costs the pool nothing.
 //
 // Subpool panics if limit < 1.
 func (p *Pool) Subpool(name string, limit int) *Subpool {
@@ -57,13 +61,41 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
 	}
 	s := &Subpool{p: p, name: name, stopping: make(chan struct{})}
-	s.lane = &lane{sub: s, limit: limit}
-	s.lane.stats.limit.Store(int64(limit))
-	if !p.hasSubpools.Swap(true) {
-		// From now on, the dispatcher hands out tasks in turns.
-		p.request(&request{kind: subpoolRequest})
-	}
+	s.stats.limit.Store(int64(limit))
+	p.subpools.mu.Lock()
+	p.subpools.list = append(p.subpools.list, s)
+	s.lane = &lane{id: len(p.subpools.list), limit: limit}
+	p.subpools.mu.Unlock()
 	return s
+}
+
+// subStats are a sub-pool's counters, for its Status. The dispatcher
+// writes the first group; the others are added to by submitters and
+// workers.
+type subStats struct {
+	state       atomic.Int32
+	limit       atomic.Int64
+	submitted   atomic.Uint64 // tasks the dispatcher accepted
+	abandoned   atomic.Uint64 // dropped by a stop
+	peakWaiting atomic.Int64
+
+	_ [cacheLine]byte
+
+	started, ended atomic.Uint64 // tasks workers received and ended
+	panicked       atomic.Uint64
+	rejected       atomic.Uint64
+}
+
+// notePeak records the sub-pool's waiting tasks as its PeakWaiting if they
+// are more. They are at most those accepted and neither started nor
+// dropped, as its Status counts them, which includes a task on its way to
+// a worker; and at most those in its lane and the hand-off buffer, which
+// may hold other lanes' tasks. The lesser of the two is within the pool's
+// bound. Status raises the peak too, to the Waiting it reports.
+func (s *Subpool) notePeak(buffered int) {
+	st := &s.stats
+	n := int64(st.submitted.Load()) - int64(st.started.Load()) - int64(st.abandoned.Load())
+	raise(&st.peakWaiting, min(n, int64(s.lane.waiting+buffered)))
 }
 
 func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
@@ -74,15 +106,25 @@ func (s *Subpool) Name() string { return s.name }
 // Submit is [Pool.Submit] for the sub-pool: the task runs on the pool's
 // workers, within the sub-pool's limit, when its turn comes. It returns
 // [ErrStopped] once the sub-pool or the pool is stopping.
-func (s *Subpool) Submit(task func()) error { return s.p.submitTask(s, nil, task, s.p.cfg.overflow) }
+func (s *Subpool) Submit(fn func()) error {
+	if fn == nil {
+		return ErrNilTask
+	}
+	return s.p.submitTo(s, nil, message{task: task{fn: fn}}, s.p.cfg.overflow)
+}
 
 // SubmitCtx is [Pool.SubmitCtx] for the sub-pool.
 func (s *Subpool) SubmitCtx(ctx context.Context, task func()) error {
-	return s.p.submitTask(s, ctx, task, s.p.cfg.overflow)
+	return s.p.submitCtx(s, ctx, task)
 }
 
 // TrySubmit is [Pool.TrySubmit] for the sub-pool.
-func (s *Subpool) TrySubmit(task func()) error { return s.p.submitTask(s, nil, task, Reject) }
+func (s *Subpool) TrySubmit(fn func()) error {
+	if fn == nil {
+		return ErrNilTask
+	}
+	return s.p.submitTo(s, nil, message{task: task{fn: fn}}, Reject)
+}
 
 // SubmitWait is [Pool.SubmitWait] for the sub-pool.
 func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task) }
@@ -91,6 +133,10 @@ func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task)
 // sub-pool with the same key never run at once and start in the order they
 // were submitted. Keys are the sub-pool's own: a task with the same key on
 // the pool or on another sub-pool is another key's.
+//
+// A sub-pool's task never runs in its submitter: under [CallerRuns], its
+// submissions wait for room in a full queue, as under [Block], so that no
+// task runs beside the sub-pool's limit.
 func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKey(s, key, task) }
 
 // Group returns a new group of tasks that run on the sub-pool, as
@@ -98,15 +144,18 @@ func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKe
 func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx) }
 
 // Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
-// waiting in it, and returns once its running tasks have finished. The pool
-// and its other sub-pools go on. The first call returns the dropped
-// fire-and-forget tasks, each key's and the unkeyed ones in the order the
-// sub-pool accepted them; later calls return nil. Dropped
-// [Subpool.SubmitWait] tasks are not returned: their callers get
-// [ErrStopped]. After the pool itself has stopped, Stop drops nothing: the
-// pool's stop did. A task that [CallerRuns] runs in its submitter is not
-// the sub-pool's to wait for: Stop and StopWait return without it, and
-// it may stop its own sub-pool.
+// waiting in it, and returns once its running tasks have finished, whatever
+// the rest of the pool is doing: the pool and its other sub-pools go on,
+// and Stop waits for none of their tasks, also while the pool itself
+// stops. The first call returns the dropped fire-and-forget tasks, keyed
+// or not, in the order the sub-pool accepted them; later calls return nil.
+// Dropped [Subpool.SubmitWait] tasks are not returned: their callers get
+// [ErrStopped]. After the pool's Stop, Stop drops nothing: the pool's stop
+// did.
+//
+// Calling Stop or StopWait from inside a task of the sub-pool deadlocks:
+// the task waits for the sub-pool, and the sub-pool for the task. A task of
+// the pool or of another sub-pool may call them.
 func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 
 // StopWait stops the sub-pool gracefully: it accepts no more tasks, and
@@ -124,10 +173,9 @@ func (s *Subpool) stop(kind requestKind) []func() {
 		s.closed.Store(true)
 		s.gate.Unlock()
 	})
-	r := &request{kind: kind, lane: s.lane, done: make(chan struct{})}
+	r := &request{kind: kind, sub: s, done: make(chan struct{})}
 	if !s.p.request(r) {
-		<-s.p.done // the pool stopped: its stop covered the sub-pool
-		return nil
+		return nil // the pool has finished: every task has ended
 	}
 	<-r.done
 	return r.tasks
@@ -143,7 +191,7 @@ func (s *Subpool) Resize(n int) {
 	if n < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool.Resize(%d): the limit must be at least 1", n))
 	}
-	r := &request{kind: subResizeRequest, lane: s.lane, n: n, done: make(chan struct{})}
+	r := &request{kind: subResizeRequest, sub: s, n: n, done: make(chan struct{})}
 	if s.p.request(r) {
 		<-r.done
 	}
@@ -160,16 +208,14 @@ func (s *Subpool) Resize(n int) {
 // MaxWorkers (unless a Resize lowered it while more ran), and Waiting <=
 // PeakWaiting <= the pool's bound.
 func (s *Subpool) Status() Status {
-	st := &s.lane.stats
+	st := &s.stats
 	// Workers count a task ended before panicked, and the dispatcher
 	// counts it submitted before it starts: reading the parts first keeps
 	// them within their wholes. Busy and Waiting are differences: reading
 	// the amount subtracted last can only make them smaller.
 	panicked := st.panicked.Load()
-	callerRan := st.callerRan.Load()
-	completed := st.ended.Load() + callerRan
+	completed := st.ended.Load()
 	submitted := st.submitted.Load()
-	callerSubmitted := st.callerSubmitted.Load()
 	started := st.started.Load()
 	abandoned := st.abandoned.Load()
 	ended := st.ended.Load()
@@ -189,7 +235,7 @@ func (s *Subpool) Status() Status {
 		Busy:        max(int(started)-int(ended), 0),
 		Waiting:     waiting,
 		PeakWaiting: int(raise(&st.peakWaiting, int64(waiting))),
-		Submitted:   submitted + callerSubmitted,
+		Submitted:   submitted,
 		Completed:   completed,
 		Panicked:    panicked,
 		Rejected:    st.rejected.Load(),

@@ -30,37 +30,27 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// A job is what travels from a submitter through the dispatcher to a
-// worker: a fire-and-forget func, or a waiter. Exactly one of fn and w is
-// set, or, on p.tasks only, r, a request to the dispatcher.
-type job struct {
-	fn  func()
-	w   waiter
-	r   *request
-	seq uint64 // the order in which the dispatcher sent it on p.work, from 1
-	// lane is a sub-pool's lane, for its task; line is a keyed task's key
-	// line (keyed, on p.tasks), and key its key. The pool's own unkeyed
-	// tasks have neither, and need no report when they end.
-	lane *lane
-	line *keyLine
-	key  string
+// A handOff is what a worker receives on Pool.work: a task to run, with
+// what the worker reports when it ends, or the word to exit.
+type handOff struct {
+	kind handOffKind
+	entry
+	sub  *Subpool // the task's sub-pool, nil for the pool's own
+	sent uint64   // the order in which the dispatcher sent it on Pool.work, from 1
 }
 
-// valid reports whether t is a task rather than the zero job, which tells a
-// worker to exit when received and means "no task" as a first task.
-func (t job) valid() bool { return t.fn != nil || t.w != nil }
+type handOffKind uint8
 
-// A waiter is a task whose submitter learns what became of it: the task of
-// a SubmitWait, a Future or a Group. The pool calls finish exactly once:
-// after do returned, panicked or called runtime.Goexit (with nil or the
-// *PanicError), or with ErrStopped when Stop dropped the task before it
-// started. finish may run on a worker, on the dispatcher (for a dropped
-// task) or on the submitter (under CallerRuns), so it must not block or
-// call into the pool.
-type waiter interface {
-	do()
-	finish(err error)
-}
+const (
+	noTask  handOffKind = iota // a worker started without a first task
+	runTask                    // run the task
+	quit                       // exit: an idle worker is reaped, or the maximum fell
+)
+
+// mustReport reports whether the end of the task must be reported to the
+// dispatcher: a sub-pool's task (its limit, its stop) or a keyed one (its
+// key).
+func (h *handOff) mustReport() bool { return h.sub != nil || h.line != nil }
 
 // A waitTask is SubmitWait's waiter. It is one allocation: done is a
 // WaitGroup held by value, not a channel.
@@ -80,9 +70,9 @@ func (w *waitTask) finish(err error) {
 }
 
 // A worker is the record of one worker: what the dispatcher reads to reap
-// it and to see its tasks end, and what Status sums. Only the worker's own
-// goroutine writes it once it runs, with plain stores: no two goroutines
-// contend for it, and a task costs no atomic read-modify-write.
+// it, and what Status sums. Only the worker's own goroutine writes it once
+// it runs, with plain stores: no two goroutines contend for it, and a task
+// costs no atomic read-modify-write.
 type worker struct {
 	// phase is done<<1 | busy: the tasks the worker finished, and whether
 	// it holds one now. It only grows: receiving a task sets busy, and
@@ -90,12 +80,11 @@ type worker struct {
 	// reads Busy and Completed from this one word, so they agree.
 	phase atomic.Uint64
 	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
-	// last went idle, that is, as it was about to park on p.work; 0 from
-	// when it receives a task until then, panic handler included; and
-	// exitedMark once it has left for good. It changes from a stamp only
-	// while phase is odd (busy), so a reader that sees the same even phase
-	// before and after reading since has the stamp of the idle period that
-	// phase belongs to, or 0.
+	// last went idle; 0 while it runs the panic handler; quitMark or
+	// retiredMark once it has left for good. It changes from one stamp to
+	// another only while phase is odd (busy), so a reader that sees the
+	// same even phase before and after reading since has the stamp of the
+	// idle period that phase belongs to, or 0 (not idle).
 	since atomic.Uint64
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
@@ -105,8 +94,12 @@ type worker struct {
 // cacheLine is the size of a cache line on the machines Go mostly runs on.
 const cacheLine = 64
 
-// exitedMark is since for a worker that has left for good.
-const exitedMark = ^uint64(0)
+// The marks of a worker that has left: it received a quit, or it retired
+// after its task because the maximum fell, or the pool closed.
+const (
+	quitMark    = ^uint64(0)
+	retiredMark = ^uint64(0) - 1
+)
 
 // state returns w's phase and since as of one instant while it was idle, or
 // its phase and some value of since while it was busy (since means nothing
@@ -121,18 +114,19 @@ func (w *worker) state() (phase, since uint64) {
 	}
 }
 
-// startWorker starts a worker goroutine that runs first, if valid, then
-// parks on p.work.
-func (p *Pool) startWorker(w *worker, first job) {
+// startWorker starts a worker goroutine that runs h first, if it is a task,
+// then the tasks it receives.
+func (p *Pool) startWorker(w *worker, h handOff) {
 	p.wg.Add(1)
-	go p.runWorker(w, first)
+	go p.runWorker(w, h)
 }
 
-// runWorker is the body of a worker goroutine: it runs t, then each task it
-// receives on p.work, until it receives the zero job or p.work is closed.
-// The dispatcher counts a first task busy in w.phase; the loop below counts
-// the others.
-func (p *Pool) runWorker(w *worker, t job) {
+// runWorker is the body of a worker goroutine: it runs h, then each task
+// it receives on Pool.work, until it receives a quit, Pool.work is closed,
+// or it retires because the pool has more workers than its maximum. The
+// dispatcher counts a first task busy in w.phase; the loop counts the
+// others.
+func (p *Pool) runWorker(w *worker, h handOff) {
 	defer p.wg.Done()
 	returned := false
 	defer func() {
@@ -140,58 +134,71 @@ func (p *Pool) runWorker(w *worker, t job) {
 			// A task or the panic handler called runtime.Goexit, which
 			// nothing can stop; run has already counted the task. Carry
 			// on in a new goroutine so that the pool keeps its capacity.
-			p.startWorker(w, job{})
+			p.startWorker(w, handOff{})
 		}
 	}()
-	if t.valid() {
-		p.run(t, w)
-	}
 	for {
-		w.since.Store(p.tick.Load() + 1) // idle from now, for reaping
-		t, open := <-p.work
-		if !t.valid() {
-			if open {
-				p.stats.quitsReceived.Add(1)
-				if p.wants.Load()&wantTaken != 0 {
-					p.signal() // the dispatcher counts workers out
-				}
-			} else {
-				// The dispatcher is exiting and counts down no more.
-				p.stats.countOut()
+		if h.kind == runTask {
+			p.run(h, w)
+			if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
+				w.since.Store(retiredMark)
+				p.signal() // one worker fewer
+				break
 			}
+		} else {
+			p.stampIdle(w)
+		}
+		var open bool
+		h, open = <-p.work
+		if !open {
+			p.stats.countOut() // the dispatcher is winding down and counts no more
+			w.since.Store(quitMark)
+			p.signal()
 			break
 		}
-		if wants := p.wants.Load(); wants != 0 && p.attend(wants, t) {
-			continue // dropped: a Shutdown deadline has passed, or Stop cut the buffer before t
+		if h.kind == quit {
+			w.since.Store(quitMark)
+			break
 		}
-		w.phase.Store(w.phase.Load() | 1) // busy, then not idle
-		w.since.Store(0)
-		if t.lane != nil {
-			t.lane.stats.started.Add(1)
+		if wants := p.wants.Load(); wants != 0 && p.attend(wants, h) {
+			h = handOff{} // dropped: Stop cut it, or a Shutdown deadline passed
+			continue
 		}
-		p.run(t, w)
+		w.phase.Store(w.phase.Load() | 1) // busy
+		if h.sub != nil {
+			h.sub.stats.started.Add(1)
+		}
 	}
-	w.since.Store(exitedMark)
 	returned = true
 }
 
-// attend does what the dispatcher wants of a worker that has just received
-// t, and reports whether t must not run.
-func (p *Pool) attend(wants uint32, t job) (drop bool) {
-	if wants&wantTaken != 0 {
-		p.signal() // t left the hand-off buffer
+// stampIdle stamps w idle from now, for reaping: with the reaping clock's
+// tick, plus one. The tick moves once an idle timeout, so a worker mostly
+// finds its stamp already right.
+func (p *Pool) stampIdle(w *worker) {
+	if s := p.tick.Load() + 1; w.since.Load() != s {
+		w.since.Store(s)
 	}
-	if wants&watchLate != 0 && p.late(t) {
-		p.dropLate(t)
+}
+
+// attend does what the dispatcher wants of a worker that has just received
+// h, and reports whether h must not run.
+func (p *Pool) attend(wants uint32, h handOff) (drop bool) {
+	if wants&wantTaken != 0 {
+		p.signal() // h left the hand-off buffer
+	}
+	if wants&watchLate != 0 && h.kind == runTask && p.late(h) {
+		p.reports.add(report{kind: dropped, handOff: h})
+		p.signal()
 		return true
 	}
 	return false
 }
 
-// late reports whether t, just received from p.work, must not run: a
-// Shutdown deadline has passed, or t is at or past the cut that Stop or the
+// late reports whether h, just received from Pool.work, must not run: a
+// Shutdown deadline has passed, or h is at or past the cut that Stop or the
 // deadline made in the hand-off buffer (see cutoff).
-func (p *Pool) late(t job) bool {
+func (p *Pool) late(h handOff) bool {
 	if dl := p.deadline.Load(); dl != nil {
 		select {
 		case <-*dl:
@@ -201,7 +208,7 @@ func (p *Pool) late(t job) bool {
 	}
 	if cut := p.cut.Load(); cut != nil {
 		<-cut.done
-		return t.seq >= cut.seq
+		return h.sent >= cut.sent
 	}
 	return false
 }
@@ -214,51 +221,29 @@ func (p *Pool) signal() {
 	}
 }
 
-// dropLate drops t, which a worker received from the hand-off buffer too
-// late to run it (see late): Stop or the deadline dropped the queue, and t
-// with it.
-func (p *Pool) dropLate(t job) {
-	p.stats.abandonedLate.Add(1)
-	p.recall(t)
-}
-
-// run runs one task and accounts for it, on worker w or, for CallerRuns
-// (w == nil), in the submitter. A panic is recovered and reported to the
-// task's waiter or the panic handler. The task is counted done before it is
-// reported, so that when SubmitWait returns the task is Completed in
-// Status, and a panic handler that panics or calls runtime.Goexit cannot
-// leave it counted as running.
-func (p *Pool) run(t job, w *worker) {
-	fn := t.fn
-	if t.w != nil {
-		fn = t.w.do
+// run runs the task of h and accounts for it, on worker w or, for
+// CallerRuns (w == nil), in the submitter. A panic is recovered and
+// reported to the task's waiter or the panic handler. The task is counted
+// done before it is reported, so that when SubmitWait returns the task is
+// Completed in Status, and a panic handler that panics or calls
+// runtime.Goexit cannot leave it counted as running. The deferred call runs
+// on return, on a panic and on runtime.Goexit alike.
+func (p *Pool) run(h handOff, w *worker) {
+	fn := h.fn
+	if h.w != nil {
+		fn = h.w.do
 	}
-	var pe *PanicError
-	// Deferred calls run last first: recover, count, report. They run on
-	// return, on a panic and on runtime.Goexit alike.
 	defer func() {
-		switch {
-		case t.w != nil:
-			t.w.finish(pe.asError())
-		case pe != nil:
-			p.handlePanic(pe, w != nil)
-		}
-	}()
-	defer func() {
-		p.taskDone(w, pe != nil)
-		switch {
-		case w != nil && (t.lane != nil || t.line != nil):
-			p.report(t, pe != nil)
-		case w == nil && t.lane != nil: // a sub-pool's task, run by CallerRuns
-			t.lane.stats.callerRan.Add(1)
-			if pe != nil {
-				t.lane.stats.panicked.Add(1) // after callerRan: Panicked <= Completed
-			}
-		}
-	}()
-	defer func() {
+		var pe *PanicError
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+		p.taskDone(h, w, pe != nil)
+		switch {
+		case h.w != nil:
+			h.w.finish(pe.asError())
+		case pe != nil:
+			p.handlePanic(pe, w)
 		}
 	}()
 	fn()
@@ -272,10 +257,15 @@ func (pe *PanicError) asError() error {
 	return pe
 }
 
-// taskDone counts a task done on worker w, or in its submitter if w is nil,
-// then, if it panicked, as panicked: Panicked is part of Completed. If a
-// Pause waits for running tasks, it tells the dispatcher one ended.
-func (p *Pool) taskDone(w *worker, panicked bool) {
+// taskDone counts the task of h done, on worker w or in its submitter if w
+// is nil, then, if it panicked, as panicked: Panicked is part of
+// Completed. A sub-pool's or a keyed task's end is reported to the
+// dispatcher; if a Pause waits for running tasks, the dispatcher is told.
+//
+// The worker is stamped idle before it is counted not busy, so that Status
+// and reaping never see it idle with the stamp of an earlier idle period;
+// but not while a panic handler is to run: that is not idle.
+func (p *Pool) taskDone(h handOff, w *worker, panicked bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -283,45 +273,44 @@ func (p *Pool) taskDone(w *worker, panicked bool) {
 		}
 		return
 	}
+	if panicked && h.w == nil {
+		w.since.Store(0) // busy in the panic handler; stamped after it
+	} else {
+		p.stampIdle(w)
+	}
 	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
 	if panicked {
 		p.stats.panicked.Add(1)
 	}
-	if p.wants.Load()&wantIdle != 0 {
+	if h.sub != nil {
+		h.sub.stats.ended.Add(1)
+		if panicked {
+			h.sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
+		}
+	}
+	wants := p.wants.Load()
+	if h.mustReport() {
+		p.reports.add(report{kind: ended, handOff: h})
+		if wants&wantEnds != 0 {
+			p.signal()
+			return
+		}
+	}
+	if wants&wantIdle != 0 {
 		p.signal() // a Pause waits for running tasks to end
 	}
 }
 
-// report tells the dispatcher that t, a keyed or sub-pool task, ended: its
-// sub-pool has room under its limit, its key may go again.
-func (p *Pool) report(t job, panicked bool) {
-	if l := t.lane; l != nil {
-		l.stats.ended.Add(1)
-		if panicked {
-			l.stats.panicked.Add(1) // after ended: Panicked <= Completed
-		}
-	}
-	if line := t.line; line != nil {
-		for {
-			line.next = p.ended.Load()
-			if p.ended.CompareAndSwap(line.next, line) {
-				break
-			}
-		}
-	}
-	if p.wants.Load()&wantEnds != 0 {
-		p.signal()
-	}
-}
-
-// handlePanic passes a fire-and-forget task's panic to the panic handler.
-// A panic in the handler is not recovered: on a worker it ends the
-// program, as any unrecovered panic does. In a CallerRuns submitter it
-// would unwind into the caller of Submit, which could recover it, so there
-// it ends the program from a goroutine of its own.
-func (p *Pool) handlePanic(pe *PanicError, onWorker bool) {
-	if onWorker {
+// handlePanic passes a fire-and-forget task's panic to the panic handler,
+// on worker w or, if w is nil, in a CallerRuns submitter. A panic in the
+// handler is not recovered: on a worker it ends the program, as any
+// unrecovered panic does. In a submitter it would unwind into the caller of
+// Submit, which could recover it, so there it ends the program from a
+// goroutine of its own.
+func (p *Pool) handlePanic(pe *PanicError, w *worker) {
+	if w != nil {
 		p.cfg.panicHandler(pe)
+		p.stampIdle(w) // idle from now
 		return
 	}
 	defer func() {

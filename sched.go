@@ -1,0 +1,274 @@
+package workerpool
+
+import (
+	"slices"
+)
+
+// The scheduler decides which waiting task starts next, and what a stop
+// drops. It is plain data: the dispatcher's loop asks it ("may this task
+// start now?", "what goes next?", "this task ended", "drop this lane") and
+// acts on its answers. It never waits, sends, reads a clock or calls back.
+//
+// Its rules:
+//   - Within a lane (the pool's own queue, or a sub-pool's), tasks go in the
+//     order the pool accepted them, except that a task whose key is out
+//     waits until that task ends; the other tasks, keyed or not, do not
+//     wait for it.
+//   - Lanes take turns, round robin: the next task comes from the first
+//     lane in the ring that has a task that may start, and that lane goes
+//     to the back of the ring. A lane at its limit is passed over, and
+//     keeps its place for when one of its tasks ends.
+//   - A stop drops waiting tasks in the one order the pool accepted them,
+//     whatever their lanes and keys.
+
+// A task is one submitted piece of work: a fire-and-forget func, or a
+// waiter, whose submitter learns what became of it. Exactly one is set.
+type task struct {
+	fn func()
+	w  waiter
+}
+
+// A waiter is a task whose submitter learns what became of it: the task of
+// a SubmitWait, a Future, a Group or a Map. The pool calls finish exactly
+// once: after do returned, panicked or called runtime.Goexit (with nil or
+// the *PanicError), or with ErrStopped when a stop dropped the task before
+// it started. finish may run on a worker, the dispatcher or the submitter,
+// so it must not block or call into the pool.
+type waiter interface {
+	do()
+	finish(err error)
+}
+
+// An entry is a task as the scheduler knows it: its lane, its key's line
+// (nil if it has no key) and its seq, which numbers the tasks in the order
+// the pool accepted them, from 1.
+type entry struct {
+	task
+	lane *lane
+	line *keyLine
+	seq  uint64
+}
+
+// A scheduler holds every waiting task, in lanes, and counts the tasks
+// out. The zero scheduler is not ready: use newScheduler.
+type scheduler struct {
+	own lane // the pool's own lane
+	// ring lists the lanes with waiting tasks, in the order of their turns.
+	ring []*lane
+	// waiting counts the tasks waiting in every lane.
+	waiting int
+	// keysOut counts the keys with a task out, and reported the tasks out
+	// whose end the loop must report: keyed ones and sub-pools' ones.
+	keysOut, reported int
+	// seq is the seq of the last task admitted.
+	seq uint64
+	// max is the pool's maximum of workers: a lane's limit at or above it
+	// holds nothing back.
+	max int
+	// next is the lane and task that peek chose, for take; nil once taken
+	// or changed.
+	next *lane
+	free []*keyLine // unused key lines, to reuse
+}
+
+func newScheduler(max int) *scheduler {
+	return &scheduler{max: max}
+}
+
+// admit numbers t, a task accepted for lane l (nil: the pool's own), with
+// key if keyed, and returns its entry. The entry is not yet anywhere: start
+// it or wait it.
+func (s *scheduler) admit(t task, l *lane, key string, keyed bool) entry {
+	if l == nil {
+		l = &s.own
+	}
+	s.seq++
+	e := entry{task: t, lane: l, seq: s.seq}
+	if keyed {
+		e.line = l.line(key, &s.free)
+	}
+	return e
+}
+
+// startsNow reports whether e, just admitted, may start at once: no task
+// waits anywhere, its lane is under its limit and its key is free.
+func (s *scheduler) startsNow(e entry) bool {
+	return s.waiting == 0 && e.lane.underLimit(s.max) && (e.line == nil || !e.line.out)
+}
+
+// start counts e as out: handed to a worker (or on its way to one) and not
+// ended. Every started entry is later passed to ended or putBack.
+func (s *scheduler) start(e entry) {
+	e.lane.out++
+	if line := e.line; line != nil {
+		line.out = true
+		e.lane.held += line.tasks.Len()
+		s.keysOut++
+	}
+	if s.mustReport(e) {
+		s.reported++
+	}
+}
+
+// mustReport reports whether the scheduler must be told when e ends: a
+// keyed task frees its key, and a sub-pool's task a place under its limit.
+func (s *scheduler) mustReport(e entry) bool { return e.line != nil || e.lane != &s.own }
+
+// wait puts e, which may not start now, behind the waiting tasks of its
+// lane, and the lane in the ring.
+func (s *scheduler) wait(e entry) {
+	s.next = nil
+	e.lane.push(e)
+	s.waiting++
+	if !e.lane.inRing {
+		e.lane.inRing = true
+		s.ring = append(s.ring, e.lane)
+	}
+}
+
+// peek returns the task to hand out next, if any may start: the first one
+// in the turn of the first lane in the ring that has one. It changes
+// nothing; take hands it out.
+func (s *scheduler) peek() (entry, bool) {
+	for _, l := range s.ring {
+		if l.mayStart(s.max) {
+			s.next = l
+			return l.first(), true
+		}
+	}
+	s.next = nil
+	return entry{}, false
+}
+
+// take removes the task that peek returned, counts it out, and sends its
+// lane to the back of the ring, or out of it if nothing else waits there.
+func (s *scheduler) take() entry {
+	l := s.next
+	s.next = nil
+	e := l.first()
+	l.remove(e)
+	s.waiting--
+	s.start(e)
+	i := slices.Index(s.ring, l)
+	s.ring = slices.Delete(s.ring, i, i+1)
+	if l.waiting > 0 {
+		s.ring = append(s.ring, l)
+	} else {
+		l.inRing = false
+	}
+	return e
+}
+
+// ended counts e, a started task, as no longer out: it ran, or it was
+// dropped without running. Its lane has room under its limit again, and
+// its key's next task may start.
+func (s *scheduler) ended(e entry) {
+	s.next = nil
+	s.unstart(e)
+	if e.line != nil {
+		e.lane.keyEnded(e.line, &s.free)
+	}
+}
+
+// unstart undoes what start counted.
+func (s *scheduler) unstart(e entry) {
+	e.lane.out--
+	if e.line != nil {
+		s.keysOut--
+	}
+	if s.mustReport(e) {
+		s.reported--
+	}
+}
+
+// putBack returns tasks that were started but never reached a worker,
+// listed in the order they were handed out, to the front of their lanes,
+// and their lanes to the front of the ring: they are handed out again
+// first, as if they had never left.
+func (s *scheduler) putBack(tasks []entry) {
+	s.next = nil
+	for _, e := range slices.Backward(tasks) {
+		l := e.lane
+		s.unstart(e)
+		l.pushFront(e)
+		s.waiting++
+		if l.inRing {
+			i := slices.Index(s.ring, l)
+			s.ring = slices.Delete(s.ring, i, i+1)
+		}
+		l.inRing = true
+		s.ring = slices.Insert(s.ring, 0, l)
+	}
+}
+
+// dropAll removes every waiting task, of every lane, and returns them in
+// the order the pool accepted them.
+func (s *scheduler) dropAll() []entry {
+	var tasks []entry
+	for _, l := range s.ring {
+		tasks = s.drain(tasks, l)
+	}
+	s.ring = s.ring[:0]
+	slices.SortFunc(tasks, bySeq)
+	return tasks
+}
+
+// dropLane removes every waiting task of l and returns them in the order
+// the pool accepted them.
+func (s *scheduler) dropLane(l *lane) []entry {
+	if !l.inRing {
+		return nil
+	}
+	tasks := s.drain(nil, l)
+	i := slices.Index(s.ring, l)
+	s.ring = slices.Delete(s.ring, i, i+1)
+	slices.SortFunc(tasks, bySeq)
+	return tasks
+}
+
+func (s *scheduler) drain(tasks []entry, l *lane) []entry {
+	s.next = nil
+	s.waiting -= l.waiting
+	l.inRing = false
+	return l.drain(tasks, &s.free)
+}
+
+// bySeq orders entries as the pool accepted them.
+func bySeq(a, b entry) int {
+	switch {
+	case a.seq < b.seq:
+		return -1
+	case a.seq > b.seq:
+		return 1
+	}
+	return 0
+}
+
+// setMax records the pool's new maximum of workers.
+func (s *scheduler) setMax(n int) {
+	s.next = nil
+	s.max = n
+}
+
+// setLimit sets l's limit.
+func (s *scheduler) setLimit(l *lane, limit int) {
+	s.next = nil
+	l.limit = limit
+}
+
+// idle reports whether l has no task waiting or out.
+func (s *scheduler) idle(l *lane) bool { return l.waiting == 0 && l.out == 0 }
+
+// holding reports whether a waiting task is held back by a key or a limit:
+// then the end of a task may let it start.
+func (s *scheduler) holding() bool {
+	for _, l := range s.ring {
+		if l.held > 0 || !l.underLimit(s.max) {
+			return true
+		}
+	}
+	return false
+}
+
+// lanesWaiting returns how many lanes have waiting tasks.
+func (s *scheduler) lanesWaiting() int { return len(s.ring) }

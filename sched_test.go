@@ -1,0 +1,434 @@
+package workerpool
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// schedRig drives a scheduler with tasks named by strings, so that tests
+// can say which task went where.
+type schedRig struct {
+	t     *testing.T
+	s     *scheduler
+	lanes []*lane // lanes[0] is the pool's own
+	names map[uint64]string
+}
+
+func newSchedRig(t *testing.T, max int, limits ...int) *schedRig {
+	r := &schedRig{t: t, s: newScheduler(max), names: map[uint64]string{}}
+	r.lanes = append(r.lanes, &r.s.own)
+	for _, limit := range limits {
+		r.lanes = append(r.lanes, &lane{limit: limit})
+	}
+	return r
+}
+
+// submit admits a task named name to lane i, keyed if key is not "", and
+// queues it: the tests hand tasks out with next.
+func (r *schedRig) submit(i int, key, name string) entry {
+	e := r.s.admit(task{fn: func() {}}, r.lanes[i], key, key != "")
+	r.names[e.seq] = name
+	r.s.wait(e)
+	return e
+}
+
+// next hands out the next task and returns its entry, or fails.
+func (r *schedRig) next() entry {
+	r.t.Helper()
+	_, ok := r.s.peek()
+	require.True(r.t, ok, "a task may start")
+	return r.s.take()
+}
+
+// order hands out n tasks, ending each before the next, and names them.
+func (r *schedRig) order(n int) []string {
+	var got []string
+	for range n {
+		e := r.next()
+		got = append(got, r.names[e.seq])
+		r.s.ended(e)
+	}
+	return got
+}
+
+func (r *schedRig) namesOf(es []entry) []string {
+	var names []string
+	for _, e := range es {
+		names = append(names, r.names[e.seq])
+	}
+	return names
+}
+
+func TestSchedKeysHoldBackOnlyTheTasksOfABusyKey(t *testing.T) {
+	r := newSchedRig(t, 1)
+	r.submit(0, "a", "K1")
+	r.submit(0, "b", "K2")
+	r.submit(0, "", "U1")
+	r.submit(0, "c", "K3")
+	r.submit(0, "", "U2")
+	assert.Equal(t, []string{"K1", "K2", "U1", "K3", "U2"}, r.order(5),
+		"no key was busy: acceptance order")
+
+	r.submit(0, "a", "A1")
+	r.submit(0, "a", "A2")
+	r.submit(0, "", "U3")
+	r.submit(0, "b", "B1")
+	a1 := r.next()
+	assert.Equal(t, "A1", r.names[a1.seq])
+	// A2 waits for A1; U3 and B1 do not.
+	assert.Equal(t, "U3", r.names[r.next().seq])
+	assert.Equal(t, "B1", r.names[r.next().seq])
+	_, ok := r.s.peek()
+	assert.False(t, ok, "A2 waits while A1 is out")
+	assert.True(t, r.s.holding())
+	r.s.ended(a1)
+	assert.Equal(t, "A2", r.names[r.next().seq])
+}
+
+func TestSchedAFreedKeyTakesItsPlaceInAcceptanceOrder(t *testing.T) {
+	r := newSchedRig(t, 4)
+	r.submit(0, "a", "A1")
+	a1 := r.next()
+	r.submit(0, "", "U1")
+	r.submit(0, "a", "A2") // held by A1
+	r.submit(0, "", "U2")
+	r.s.ended(a1)
+	assert.Equal(t, []string{"U1", "A2", "U2"}, r.order(3))
+}
+
+func TestSchedLanesTakeTurnsAndALaneAtItsLimitKeepsItsPlace(t *testing.T) {
+	r := newSchedRig(t, 4, 1, 4) // lanes: own, A (limit 1), B
+	for i := range 3 {
+		r.submit(0, "", fmt.Sprint("P", i))
+		r.submit(1, "", fmt.Sprint("A", i))
+		r.submit(2, "", fmt.Sprint("B", i))
+	}
+	var got []string
+	var a entry
+	for range 5 {
+		e := r.next()
+		got = append(got, r.names[e.seq])
+		if e.lane == r.lanes[1] {
+			a = e // A's one place: held
+		} else {
+			r.s.ended(e)
+		}
+	}
+	assert.Equal(t, []string{"P0", "A0", "B0", "P1", "B1"}, got, "A at its limit is passed over")
+	r.s.ended(a)
+	assert.Equal(t, "A1", r.names[r.next().seq], "A kept its place: its turn comes first")
+}
+
+func TestSchedALimitAtOrAboveTheMaximumHoldsNothingBack(t *testing.T) {
+	r := newSchedRig(t, 2, 2)
+	r.submit(1, "", "A0")
+	r.submit(1, "", "A1")
+	r.submit(1, "", "A2")
+	r.next()
+	r.next()
+	_, ok := r.s.peek()
+	assert.True(t, ok, "the pool's maximum holds back A's third task, not A's limit")
+	r.s.setMax(4)
+	_, ok = r.s.peek()
+	assert.False(t, ok, "below the maximum, the limit binds")
+}
+
+func TestSchedDropAllReturnsTasksInAcceptanceOrder(t *testing.T) {
+	r := newSchedRig(t, 1, 1)
+	r.submit(0, "", "P1")
+	r.submit(1, "", "S1")
+	r.submit(0, "k", "K1")
+	r.submit(0, "", "P2")
+	r.submit(1, "j", "J1")
+	r.submit(1, "", "S2")
+	r.submit(0, "k", "K2")
+	assert.Equal(t, []string{"P1", "S1", "K1", "P2", "J1", "S2", "K2"}, r.namesOf(r.s.dropAll()))
+	assert.Zero(t, r.s.waiting)
+	assert.Empty(t, r.lanes[0].keys, "a key with nothing waiting or out costs nothing")
+}
+
+func TestSchedPutBackRestoresTheOrder(t *testing.T) {
+	r := newSchedRig(t, 4, 4)
+	r.submit(0, "", "P1")
+	r.submit(0, "a", "A1")
+	r.submit(1, "", "S1")
+	r.submit(0, "", "P2")
+	r.submit(0, "a", "A2")
+	r.submit(1, "", "S2")
+	var out []entry
+	for range 3 {
+		out = append(out, r.next())
+	}
+	assert.Equal(t, []string{"P1", "S1", "A1"}, r.namesOf(out))
+	r.s.putBack(out)
+	assert.Equal(t, []string{"P1", "S1", "A1", "S2", "P2", "A2"}, r.order(6))
+}
+
+// FuzzSched drives the scheduler alone with operations decoded from the
+// input, and checks every answer against a model that keeps every task in
+// one list: the next task is the first, in ring order, of the lanes under
+// their limit, of that lane's tasks whose key is free.
+func FuzzSched(f *testing.F) {
+	f.Add([]byte{0x00, 0x10, 0x21, 0x03, 0x04, 0x05, 0x13, 0x06})
+	f.Add([]byte{0x30, 0x41, 0x52, 0x60, 0x03, 0x03, 0x07, 0x08, 0x04, 0x03})
+	f.Add([]byte{0x01, 0x01, 0x11, 0x22, 0x32, 0x03, 0x03, 0x09, 0x0a, 0x03, 0x05})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := newSchedModel(t, data)
+		if len(data) == 0 {
+			return
+		}
+		for _, b := range data[1:] {
+			m.step(b)
+		}
+		m.step(opSchedDropAll)
+	})
+}
+
+// The operations of FuzzSched, one byte each: the low 4 bits select it,
+// the high 4 bits are its argument.
+const (
+	opSchedSubmit   = iota // submit to lane arg%3, key arg/3%3 (0: none)
+	opSchedSubmit2         // the same, another spread of keys
+	opSchedStartNow        // submit as the loop does: start it if startsNow, else wait
+	opSchedTake            // hand out the next task
+	opSchedEnd             // end the arg-th task out
+	opSchedPutBack         // put back the last 1+arg%3 tasks handed out, if none ended since
+	opSchedDropLane        // drop lane arg%3
+	opSchedSetMax          // set the maximum to 1+arg%4
+	opSchedSetLimit        // set a sub-pool's limit to 1+arg/2%4
+	opSchedTakeAll         // hand out every task that may start
+	opSchedDropAll
+)
+
+type schedModel struct {
+	t     *testing.T
+	s     *scheduler
+	lanes []*lane
+	ring  []int       // the model's ring of lanes
+	wait  []modelTask // waiting, in acceptance order
+	out   []modelTask // handed out, in that order
+	// sinceTake is how many tasks were handed out since an end, a drop or
+	// a put back, which putBack may return.
+	sinceTake int
+	limits    []int
+	max       int
+}
+
+type modelTask struct {
+	e    entry
+	lane int
+	key  string
+}
+
+func newSchedModel(t *testing.T, data []byte) *schedModel {
+	max := 1
+	if len(data) > 0 {
+		max = 1 + int(data[0]%4)
+	}
+	m := &schedModel{t: t, s: newScheduler(max), max: max, limits: []int{0, 1, 2}}
+	m.lanes = []*lane{&m.s.own, {limit: 1}, {limit: 2}}
+	return m
+}
+
+func (m *schedModel) step(b byte) {
+	op, arg := int(b&15), int(b>>4)
+	switch op {
+	case opSchedSubmit, opSchedSubmit2, opSchedStartNow:
+		l, key := arg%3, ""
+		if k := arg / 3 % 3; k > 0 {
+			key = fmt.Sprint("k", k+op)
+		}
+		e := m.s.admit(task{fn: func() {}}, m.lanes[l], key, key != "")
+		mt := modelTask{e: e, lane: l, key: key}
+		if op == opSchedStartNow {
+			want := len(m.wait) == 0 && m.underLimit(l) && !m.keyOut(l, key)
+			require.Equal(m.t, want, m.s.startsNow(e), "startsNow")
+			if want {
+				m.s.start(e)
+				m.out = append(m.out, mt)
+				m.sinceTake = 0
+				return
+			}
+		}
+		m.s.wait(e)
+		m.wait = append(m.wait, mt)
+		if !slices.Contains(m.ring, l) {
+			m.ring = append(m.ring, l)
+		}
+	case opSchedTake:
+		m.take()
+	case opSchedTakeAll:
+		for m.take() {
+		}
+	case opSchedEnd:
+		if len(m.out) == 0 {
+			return
+		}
+		i := arg % len(m.out)
+		m.s.ended(m.out[i].e)
+		m.out = slices.Delete(m.out, i, i+1)
+		m.sinceTake = 0
+	case opSchedPutBack:
+		n := min(1+arg%3, m.sinceTake)
+		if n == 0 {
+			return
+		}
+		back := m.out[len(m.out)-n:]
+		m.out = m.out[:len(m.out)-n]
+		var es []entry
+		for _, mt := range back {
+			es = append(es, mt.e)
+		}
+		m.s.putBack(es)
+		for _, mt := range slices.Backward(back) {
+			m.wait = slices.Insert(m.wait, 0, mt)
+			m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
+			m.ring = slices.Insert(m.ring, 0, mt.lane)
+		}
+		slices.SortStableFunc(m.wait, func(a, b modelTask) int { return bySeq(a.e, b.e) })
+		m.sinceTake -= n
+	case opSchedDropLane:
+		l := arg % 3
+		got := m.s.dropLane(m.lanes[l])
+		var want []entry
+		m.wait = slices.DeleteFunc(m.wait, func(mt modelTask) bool {
+			if mt.lane == l {
+				want = append(want, mt.e)
+			}
+			return mt.lane == l
+		})
+		m.ring = slices.DeleteFunc(m.ring, func(x int) bool { return x == l })
+		m.checkSame(want, got, "dropLane")
+		m.sinceTake = 0
+	case opSchedSetMax:
+		m.max = 1 + arg%4
+		m.s.setMax(m.max)
+	case opSchedSetLimit:
+		l := 1 + arg%2
+		m.limits[l] = 1 + arg/2%4
+		m.s.setLimit(m.lanes[l], m.limits[l])
+	case opSchedDropAll:
+		got := m.s.dropAll()
+		var want []entry
+		for _, mt := range m.wait {
+			want = append(want, mt.e)
+		}
+		m.checkSame(want, got, "dropAll")
+		m.wait, m.ring, m.sinceTake = nil, nil, 0
+	}
+	m.check()
+}
+
+// take hands out the next task, checks it is the model's, and reports
+// whether there was one.
+func (m *schedModel) take() bool {
+	want, ok := m.next()
+	e, got := m.s.peek()
+	require.Equal(m.t, ok, got, "peek: a task may start")
+	if !ok {
+		return false
+	}
+	require.Equal(m.t, m.wait[want].e.seq, e.seq, "peek: the next task")
+	taken := m.s.take()
+	require.Equal(m.t, e.seq, taken.seq, "take hands out what peek returned")
+	mt := m.wait[want]
+	m.wait = slices.Delete(m.wait, want, want+1)
+	m.out = append(m.out, mt)
+	m.sinceTake++
+	i := slices.Index(m.ring, mt.lane)
+	m.ring = slices.Delete(m.ring, i, i+1)
+	if slices.ContainsFunc(m.wait, func(x modelTask) bool { return x.lane == mt.lane }) {
+		m.ring = append(m.ring, mt.lane)
+	}
+	return true
+}
+
+// next returns the index in m.wait of the task to go next.
+func (m *schedModel) next() (int, bool) {
+	for _, l := range m.ring {
+		if !m.underLimit(l) {
+			continue
+		}
+		for i, mt := range m.wait {
+			if mt.lane == l && !m.keyOut(l, mt.key) {
+				return i, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func (m *schedModel) underLimit(l int) bool {
+	limit := m.limits[l]
+	if limit == 0 || limit >= m.max {
+		return true
+	}
+	n := 0
+	for _, mt := range m.out {
+		if mt.lane == l {
+			n++
+		}
+	}
+	return n < limit
+}
+
+func (m *schedModel) keyOut(l int, key string) bool {
+	return key != "" && slices.ContainsFunc(m.out, func(mt modelTask) bool { return mt.lane == l && mt.key == key })
+}
+
+func (m *schedModel) checkSame(want, got []entry, what string) {
+	var w, g []uint64
+	for _, e := range want {
+		w = append(w, e.seq)
+	}
+	for _, e := range got {
+		g = append(g, e.seq)
+	}
+	require.Equal(m.t, w, g, "%s: the tasks, in acceptance order", what)
+}
+
+// check compares the scheduler's counts with the model's.
+func (m *schedModel) check() {
+	require.Equal(m.t, len(m.wait), m.s.waiting, "waiting")
+	held := false
+	for l, ln := range m.lanes {
+		var waiting, out, inLines int
+		keys := map[string]bool{}
+		for _, mt := range m.wait {
+			if mt.lane == l {
+				waiting++
+				if mt.key != "" {
+					keys[mt.key] = true
+					if m.keyOut(l, mt.key) {
+						inLines++
+					}
+				}
+			}
+		}
+		for _, mt := range m.out {
+			if mt.lane == l {
+				out++
+				if mt.key != "" {
+					keys[mt.key] = true
+				}
+			}
+		}
+		require.Equal(m.t, waiting, ln.waiting, "lane %d waiting", l)
+		require.Equal(m.t, out, ln.out, "lane %d out", l)
+		require.Equal(m.t, inLines, ln.held, "lane %d held by keys", l)
+		require.Len(m.t, ln.keys, len(keys), "lane %d: a line for each key waiting or out, and no other", l)
+		if waiting > 0 && (inLines > 0 || !m.underLimit(l)) {
+			held = true
+		}
+	}
+	require.Equal(m.t, held, m.s.holding(), "holding")
+	ring := []int{}
+	for _, l := range m.s.ring {
+		ring = append(ring, slices.Index(m.lanes, l))
+	}
+	require.Equal(m.t, append([]int{}, m.ring...), ring, "the ring")
+}
