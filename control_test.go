@@ -259,6 +259,43 @@ func TestResizeDownRetiresSurplusWorkers(t *testing.T) {
 	})
 }
 
+// A busy worker that Resize makes surplus is told to exit, but that is not
+// a task: while it finishes, the bounded queue has all its room, as Status,
+// TrySubmit, Reject and Block all agree (the review's case: New(2,
+// WithMaxWaiting(1)), both workers busy, Resize(1)).
+func TestASurplusWorkerTakesNoRoomInTheQueue(t *testing.T) {
+	for _, overflow := range []Overflow{Block, Reject} {
+		t.Run(overflow.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(2, WithMaxWaiting(1), WithOverflow(overflow))
+				release := occupy(t, p, 2)
+				p.Resize(1)
+				synctest.Wait()
+				assert.Equal(t, Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()))
+				assert.Zero(t, p.Status().Waiting)
+
+				submitted := make(chan error, 1)
+				go func() { submitted <- p.Submit(func() {}) }()
+				synctest.Wait()
+				select {
+				case err := <-submitted:
+					require.NoError(t, err, "the queue had room for one")
+				default:
+					t.Fatal("Submit waited though the queue had room")
+				}
+				assert.Equal(t, 1, p.Status().Waiting)
+				assert.ErrorIs(t, p.TrySubmit(func() {}), ErrQueueFull, "now the queue is full")
+				assert.Equal(t, uint64(1), p.Status().Rejected, "the one TrySubmit refused")
+				release()
+				p.StopWait()
+				s := p.Status()
+				assert.Equal(t, uint64(3), s.Completed)
+				assert.Equal(t, 1, s.PeakWaiting)
+			})
+		})
+	}
+}
+
 func TestResizePanicsOnImpossibleSize(t *testing.T) {
 	p := New(4, WithMinWorkers(2))
 	defer p.Stop()

@@ -184,3 +184,49 @@ func TestAnIdleKeyCostsNothing(t *testing.T) {
 		assert.Less(t, after, before+128<<10, "idle keys take none, but for a fixed cache of unused key lines")
 	})
 }
+
+// TestAKeyHoldsBackOnlyTheTasksOfABusyKey is the review's case: on a paused
+// one-worker pool (and on a sub-pool), K1(a) K2(b) U1 K3(c) U2, where no
+// key is ever busy when another task of it waits, start in acceptance
+// order. Then a busy key holds back its own later task, and nothing else.
+func TestAKeyHoldsBackOnlyTheTasksOfABusyKey(t *testing.T) {
+	for _, onSub := range []bool{false, true} {
+		name := map[bool]string{false: "pool", true: "subpool"}[onSub]
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, resume := pausedPool(t)
+				defer p.Stop()
+				var s workerpool.Submitter = p
+				if onSub {
+					s = p.Subpool("s", 2)
+				}
+				var got []string
+				rec := func(name string) func() { return func() { got = append(got, name) } }
+				require.NoError(t, s.SubmitKey("a", rec("K1")))
+				require.NoError(t, s.SubmitKey("b", rec("K2")))
+				require.NoError(t, s.Submit(rec("U1")))
+				require.NoError(t, s.SubmitKey("c", rec("K3")))
+				require.NoError(t, s.Submit(rec("U2")))
+				resume()
+				synctest.Wait()
+				assert.Equal(t, []string{"K1", "K2", "U1", "K3", "U2"}, got)
+
+				// Two workers now: A1 holds key a while A2 waits for it; the
+				// tasks accepted after A2 do not wait for A2.
+				got = nil
+				p.Resize(2)
+				block := make(chan struct{})
+				require.NoError(t, s.SubmitKey("a", func() { <-block; got = append(got, "A1") }))
+				synctest.Wait()
+				require.NoError(t, s.SubmitKey("a", rec("A2")))
+				require.NoError(t, s.Submit(rec("U3")))
+				require.NoError(t, s.SubmitKey("b", rec("B1")))
+				synctest.Wait()
+				assert.Equal(t, []string{"U3", "B1"}, got, "only A2 waits for A1")
+				close(block)
+				synctest.Wait()
+				assert.Equal(t, []string{"U3", "B1", "A1", "A2"}, got)
+			})
+		})
+	}
+}

@@ -152,37 +152,113 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.Zero(t, st.Busy)
 }
 
-// A task that CallerRuns runs in its submitter is not the sub-pool's to
-// wait for: it may stop its own sub-pool, and gets back what waited in it.
-// (Before the fix, the submitter held the sub-pool's gate while it ran the
-// task, and Stop deadlocked on it.) Real scheduler: a mutex deadlock is not
-// one synctest can see.
-func TestACallerRunsTaskCanStopItsOwnSubpool(t *testing.T) {
-	p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
-	defer p.Stop()
-	s := p.Subpool("s", 1)
-	release := hold(t, p, 1) // the worker is busy
-	defer release()
-	require.NoError(t, s.Submit(func() { t.Error("a dropped task ran") })) // waits: the queue is full
-	var dropped []func()
-	var inCaller bool
-	done := make(chan error)
-	go func() {
-		done <- s.Submit(func() { inCaller = true; dropped = s.Stop() })
-	}()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a caller-run task that stops its sub-pool is still blocked after 10s")
-	}
-	assert.True(t, inCaller, "the task ran in its submitter")
-	assert.Len(t, dropped, 1, "Stop returned the task that waited")
-	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
-	st := s.Status()
-	assert.Equal(t, uint64(2), st.Submitted)
-	assert.Equal(t, uint64(1), st.Completed, "the caller-run task")
-	assert.Equal(t, uint64(1), st.Abandoned)
+// A sub-pool's task never runs in its submitter, so its limit holds under
+// CallerRuns: with its one place taken and the queue full, the next
+// submission waits for room rather than run beside the first (the review's
+// case: limit 1, WithMaxWaiting(1)).
+func TestASubpoolsLimitHoldsUnderCallerRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		defer p.StopWait()
+		s := p.Subpool("s", 1)
+		var running, most atomic.Int32
+		block := make(chan struct{})
+		task := func() {
+			most.Store(max(most.Load(), running.Add(1)))
+			<-block
+			running.Add(-1)
+		}
+		require.NoError(t, s.Submit(task)) // runs
+		require.NoError(t, s.Submit(task)) // waits: the queue is full
+		synctest.Wait()
+		submitted := make(chan error)
+		go func() { submitted <- s.Submit(task) }()
+		synctest.Wait()
+		assert.Equal(t, int32(1), running.Load(), "one of the sub-pool's tasks runs")
+		select {
+		case err := <-submitted:
+			t.Fatalf("the third submission returned %v while the queue was full", err)
+		default: // it waits for room
+		}
+		close(block)
+		require.NoError(t, <-submitted)
+		synctest.Wait()
+		assert.Equal(t, int32(1), most.Load(), "never more than the sub-pool's limit at once")
+		assert.Equal(t, uint64(3), s.Status().Completed)
+	})
+}
+
+// A pool's task may stop an idle sub-pool after the pool's StopWait has
+// emptied the queue: the sub-pool's Stop waits for its own tasks only, not
+// for the pool to finish, which waits for the calling task.
+func TestAPoolTaskCanStopAnIdleSubpoolWhileThePoolStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		s := p.Subpool("s", 1)
+		proceed := make(chan struct{})
+		stopped := make(chan []func())
+		require.NoError(t, p.Submit(func() {
+			<-proceed
+			stopped <- s.Stop()
+		}))
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait() // StopWait has emptied the queue: the loop is done
+		close(proceed)
+		assert.Empty(t, <-stopped)
+		<-waited
+	})
+}
+
+// An idle sub-pool's Stop returns at once, while the pool's StopWait waits
+// for a long task of the pool's own queue.
+func TestAnIdleSubpoolsStopWaitsForNoOtherQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		s := p.Subpool("s", 1)
+		require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait()
+		start := time.Now()
+		assert.Empty(t, s.Stop())
+		assert.Zero(t, time.Since(start), "Stop waited for the pool's own task")
+		s2 := p.Subpool("s2", 1)
+		s2.StopWait()
+		assert.Zero(t, time.Since(start), "StopWait waited for the pool's own task")
+		<-waited
+		assert.Equal(t, time.Hour, time.Since(start))
+	})
+}
+
+// When the pool's Stop cuts a sub-pool's task out of the hand-off buffer,
+// the sub-pool's count of tasks out goes down with it: its StopWait returns
+// once its running task ends, while the pool still waits for its own.
+func TestASubpoolsTaskCutByThePoolsStopFreesItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		s := p.Subpool("s", 2)
+		long := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-long }))
+		short := make(chan struct{})
+		require.NoError(t, s.Submit(func() { <-short }))
+		require.NoError(t, s.Submit(func() { t.Error("a task Stop dropped ran") })) // in the hand-off buffer
+		synctest.Wait()
+		subDone := make(chan struct{})
+		go func() { s.StopWait(); close(subDone) }()
+		var dropped []func()
+		poolDone := make(chan struct{})
+		go func() { dropped = p.Stop(); close(poolDone) }()
+		synctest.Wait()
+		close(short)
+		synctest.Wait()
+		assert.True(t, isDone(subDone), "the sub-pool's StopWait returns once its own task ended")
+		assert.False(t, isDone(poolDone), "the pool waits for its own task")
+		close(long)
+		<-poolDone
+		assert.Len(t, dropped, 1)
+		assert.Equal(t, uint64(1), s.Status().Abandoned)
+	})
 }
 
 // Submitters race a sub-pool's Stop on the real scheduler: every task
