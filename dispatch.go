@@ -3,7 +3,6 @@ package workerpool
 import (
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/gammazero/deque"
 )
@@ -289,7 +288,7 @@ func (d *dispatcher) updateWants() {
 		// waiting for room, or a task that the buffer may not take.
 		wants |= wantTaken
 	}
-	if d.sched.holding() || d.sched.keysOut > 0 || len(d.stops) > 0 {
+	if d.sched.holding() || d.sched.busyKeys > 0 || len(d.stops) > 0 {
 		wants |= wantEnds
 	}
 	if d.workers() > d.max {
@@ -312,76 +311,6 @@ func (d *dispatcher) waitsForBuffer() bool {
 	}
 	e, ok := d.sched.peek()
 	return ok && !d.bufferTakes(e.lane)
-}
-
-// A report is what a worker tells the dispatcher about a task of a
-// sub-pool or with a key, so that the scheduler can count it: that it
-// ended, or that the worker dropped it, late (see Pool.late).
-type report struct {
-	kind reportKind
-	handOff
-}
-
-type reportKind uint8
-
-const (
-	ended reportKind = iota + 1
-	dropped
-)
-
-// reports collects workers' reports for the dispatcher.
-type reports struct {
-	mu   sync.Mutex
-	list []report
-}
-
-func (r *reports) add(x report) {
-	r.mu.Lock()
-	r.list = append(r.list, x)
-	r.mu.Unlock()
-}
-
-// take swaps the list for buf, emptied, and returns the list.
-func (r *reports) take(buf []report) []report {
-	r.mu.Lock()
-	got := r.list
-	r.list = buf[:0]
-	r.mu.Unlock()
-	return got
-}
-
-// maxReuse is the most reports whose list the dispatcher keeps for reuse.
-const maxReuse = 256
-
-// collect takes the workers' reports and tells the scheduler, and reports
-// whether there were any.
-func (d *dispatcher) collect() bool {
-	if !d.expectsReports() {
-		return false
-	}
-	got := d.p.reports.take(d.got)
-	for _, r := range got {
-		d.sched.ended(r.entry)
-		if r.kind == dropped {
-			d.drop(r.handOff)
-		}
-	}
-	clear(got)
-	d.got = got[:0]
-	if cap(got) > maxReuse {
-		d.got = nil // a burst of reports: let it go
-	}
-	if len(got) > 0 {
-		d.settleStops()
-	}
-	return len(got) > 0
-}
-
-// expectsReports reports whether a worker may have reported something: the
-// end of a task whose end the scheduler must know of, or a task dropped
-// late.
-func (d *dispatcher) expectsReports() bool {
-	return d.sched.reported > 0 || d.wants&watchLate != 0
 }
 
 // see returns sub's lane, and records sub as the owner of its tasks that

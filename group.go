@@ -30,14 +30,14 @@ type Group struct {
 	// context is done, closed is set and the queued tasks are all counted
 	// as skipped at once, rather than one by one as workers reach them,
 	// which may take long on a paused or busy pool.
-	mu      sync.Mutex
-	err     error // the first failure
-	skipped int   // tasks taken whose fn never ran
-	queued  int   // in the pool, not started; 0 once closed
-	running int   // started and not ended
-	closed  bool
-	waiting bool          // Wait was called
-	idle    chan struct{} // closed once Wait was called and no task is queued or running
+	mu         sync.Mutex
+	err        error // the first failure
+	skipped    int   // tasks taken whose fn never ran
+	queued     int   // in the pool, not started; 0 once closed
+	running    int   // started and not ended
+	closed     bool
+	waitCalled bool
+	idle       chan struct{} // closed once Wait was called and no task is queued or running
 }
 
 // Group returns a new, empty group of tasks that run on p. Its context is
@@ -105,7 +105,7 @@ func (g *Group) TryGo(fn func(ctx context.Context) error) bool {
 // [Pool.SubmitWait] can.
 func (g *Group) Wait() error {
 	g.mu.Lock()
-	g.waiting = true
+	g.waitCalled = true
 	g.settleLocked()
 	g.mu.Unlock()
 	select {
@@ -273,7 +273,7 @@ func (g *Group) closeLocked() {
 
 // settleLocked releases Wait once no task is queued or running.
 func (g *Group) settleLocked() {
-	if g.waiting && g.queued+g.running == 0 {
+	if g.waitCalled && g.queued+g.running == 0 {
 		select {
 		case <-g.idle: // released already
 		default:

@@ -11,21 +11,22 @@ import (
 // It holds the lane's waiting tasks: unkeyed ones in a fifo, keyed ones in
 // the lines of their keys. Of the waiting tasks that may start, it hands out
 // the one accepted first. An unkeyed task may always start; a keyed one may
-// when no task of its key is out (handed to a worker and not yet ended).
-// So a busy key holds back its own tasks and no others.
+// when its key is not busy: when no task of its key is running (handed to
+// a worker and not yet ended). So a busy key holds back its own tasks and
+// no others.
 //
 // A lane is plain data, owned by the scheduler.
 type lane struct {
 	// id is 0 for the pool's lane, and a number of its own for each
 	// sub-pool's, by which the loop tells them apart.
 	id int
-	// limit is the most tasks of the lane that may be out at once; 0 means
-	// no limit of its own (the pool's lane). out counts the lane's tasks
-	// that are out.
-	limit, out int
+	// limit is the most tasks of the lane that may run at once; 0 means
+	// no limit of its own (the pool's lane). running counts the lane's
+	// tasks handed to a worker (or on their way to one) and not yet ended.
+	limit, running int
 
 	fifo fifo // unkeyed waiting tasks
-	// keys holds the line of every key with a task waiting or out, and
+	// keys holds the line of every key with a task waiting or running, and
 	// ready the lines whose first task may start, earliest first.
 	keys  map[string]*keyLine
 	ready lineHeap
@@ -34,17 +35,17 @@ type lane struct {
 	mostKeys int
 
 	waiting int  // tasks waiting: in the fifo and in the lines
-	held    int  // of them, those in the lines of keys that are out
+	held    int  // of them, those in the lines of busy keys
 	inRing  bool // in the scheduler's ring: it has waiting tasks
 }
 
 // A keyLine is the line of one key's tasks in one lane. A key has a line
-// only while a task with it waits or is out, so an idle key costs nothing.
+// only while a task with it waits or runs, so an idle key costs nothing.
 type keyLine struct {
 	key   string
 	lane  *lane
 	tasks deque.Deque[queued] // waiting, in acceptance order
-	out   bool                // a task of the key is out
+	busy  bool                // a task of the key is running
 	// at is the line's index in its lane's ready heap, or -1.
 	at int
 }
@@ -63,9 +64,9 @@ func (l *lane) mayStart(max int) bool {
 	return (l.fifo.len() > 0 || l.ready.Len() > 0) && l.underLimit(max)
 }
 
-// underLimit reports whether one more of the lane's tasks may be out.
+// underLimit reports whether one more of the lane's tasks may run.
 func (l *lane) underLimit(max int) bool {
-	return l.limit == 0 || l.out < l.limit || l.limit >= max
+	return l.limit == 0 || l.running < l.limit || l.limit >= max
 }
 
 // first returns the lane's waiting task that was accepted first among
@@ -105,7 +106,7 @@ func (l *lane) push(e entry) {
 	}
 	line.tasks.PushBack(queued{e.fn, e.seq})
 	switch {
-	case line.out:
+	case line.busy:
 		l.held++
 	case line.tasks.Len() == 1:
 		heap.Push(&l.ready, line)
@@ -114,7 +115,7 @@ func (l *lane) push(e entry) {
 
 // pushFront puts e, a task of the lane handed out and taken back before it
 // started, back in front of its waiting tasks: it was accepted before them.
-// Its key is no longer out.
+// Its key is no longer busy.
 func (l *lane) pushFront(e entry) {
 	l.waiting++
 	line := e.line
@@ -122,7 +123,7 @@ func (l *lane) pushFront(e entry) {
 		l.fifo.pushFront(e.task, e.seq)
 		return
 	}
-	line.out = false
+	line.busy = false
 	l.held -= line.tasks.Len()
 	line.tasks.PushFront(queued{e.fn, e.seq})
 	if line.at >= 0 {
@@ -153,10 +154,10 @@ func (l *lane) line(key string, free *[]*keyLine) *keyLine {
 	return line
 }
 
-// keyEnded frees line's key, whose task out ended or was taken back: its
+// keyEnded frees line's key, whose running task ended or was taken back: its
 // next task may start, or, with none waiting, the line goes.
 func (l *lane) keyEnded(line *keyLine, free *[]*keyLine) {
-	line.out = false
+	line.busy = false
 	if n := line.tasks.Len(); n > 0 {
 		l.held -= n
 		heap.Push(&l.ready, line)
@@ -173,7 +174,7 @@ const maxFreeLines = 256
 // so that keys that come and go do not remake it.
 const smallKeyMap = 64
 
-// forget drops line, whose key has no task waiting or out, and keeps up to
+// forget drops line, whose key has no task waiting or running, and keeps up to
 // maxFreeLines lines, with their buffers, for keys to come. A map keeps the
 // memory of the most keys it ever held, so once the lane holds a quarter of
 // that, its keys move to a map of their present size, unless the most is
@@ -194,7 +195,7 @@ func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 }
 
 // drain removes every waiting task of the lane and appends it to tasks, in
-// no particular order. The lines of keys that are out stay, empty, until
+// no particular order. The lines of busy keys stay, empty, until
 // their task ends; the others go.
 func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
 	for l.fifo.len() > 0 {
@@ -207,7 +208,7 @@ func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
 			tasks = append(tasks, entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq})
 		}
 		line.at = -1
-		if !line.out {
+		if !line.busy {
 			l.forget(line, free)
 		}
 	}

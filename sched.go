@@ -11,9 +11,9 @@ import (
 //
 // Its rules:
 //   - Within a lane (the pool's own queue, or a sub-pool's), tasks go in the
-//     order the pool accepted them, except that a task whose key is out
-//     waits until that task ends; the other tasks, keyed or not, do not
-//     wait for it.
+//     order the pool accepted them, except that a task whose key is busy
+//     (a task with its key is running) waits until that task ends; the
+//     other tasks, keyed or not, do not wait for it.
 //   - Lanes take turns, round robin: the next task comes from the first
 //     lane in the ring that has a task that may start, and that lane goes
 //     to the back of the ring. A lane at its limit is passed over, and
@@ -49,17 +49,17 @@ type entry struct {
 	seq  uint64
 }
 
-// A scheduler holds every waiting task, in lanes, and counts the tasks
-// out. The zero scheduler is not ready: use newScheduler.
+// A scheduler holds every waiting task, in lanes, and counts the running
+// ones. The zero scheduler is not ready: use newScheduler.
 type scheduler struct {
 	own lane // the pool's own lane
 	// ring lists the lanes with waiting tasks, in the order of their turns.
 	ring []*lane
 	// waiting counts the tasks waiting in every lane.
 	waiting int
-	// keysOut counts the keys with a task out, and reported the tasks out
-	// whose end the loop must report: keyed ones and sub-pools' ones.
-	keysOut, reported int
+	// busyKeys counts the busy keys, and reported the running tasks whose
+	// end the loop must report: keyed ones and sub-pools' ones.
+	busyKeys, reported int
 	// seq is the seq of the last task admitted.
 	seq uint64
 	// max is the pool's maximum of workers: a lane's limit at or above it
@@ -93,17 +93,17 @@ func (s *scheduler) admit(t task, l *lane, key string, keyed bool) entry {
 // startsNow reports whether e, just admitted, may start at once: no task
 // waits anywhere, its lane is under its limit and its key is free.
 func (s *scheduler) startsNow(e entry) bool {
-	return s.waiting == 0 && e.lane.underLimit(s.max) && (e.line == nil || !e.line.out)
+	return s.waiting == 0 && e.lane.underLimit(s.max) && (e.line == nil || !e.line.busy)
 }
 
-// start counts e as out: handed to a worker (or on its way to one) and not
-// ended. Every started entry is later passed to ended or putBack.
+// start counts e as running: handed to a worker (or on its way to one) and
+// not ended. Every started entry is later passed to ended or putBack.
 func (s *scheduler) start(e entry) {
-	e.lane.out++
+	e.lane.running++
 	if line := e.line; line != nil {
-		line.out = true
+		line.busy = true
 		e.lane.held += line.tasks.Len()
-		s.keysOut++
+		s.busyKeys++
 	}
 	if s.mustReport(e) {
 		s.reported++
@@ -140,7 +140,7 @@ func (s *scheduler) peek() (entry, bool) {
 	return entry{}, false
 }
 
-// take removes the task that peek returned, counts it out, and sends its
+// take removes the task that peek returned, starts it, and sends its
 // lane to the back of the ring, or out of it if nothing else waits there.
 func (s *scheduler) take() entry {
 	l := s.next
@@ -159,7 +159,7 @@ func (s *scheduler) take() entry {
 	return e
 }
 
-// ended counts e, a started task, as no longer out: it ran, or it was
+// ended counts e, a started task, as no longer running: it ran, or it was
 // dropped without running. Its lane has room under its limit again, and
 // its key's next task may start.
 func (s *scheduler) ended(e entry) {
@@ -172,9 +172,9 @@ func (s *scheduler) ended(e entry) {
 
 // unstart undoes what start counted.
 func (s *scheduler) unstart(e entry) {
-	e.lane.out--
+	e.lane.running--
 	if e.line != nil {
-		s.keysOut--
+		s.busyKeys--
 	}
 	if s.mustReport(e) {
 		s.reported--
@@ -256,8 +256,8 @@ func (s *scheduler) setLimit(l *lane, limit int) {
 	l.limit = limit
 }
 
-// idle reports whether l has no task waiting or out.
-func (s *scheduler) idle(l *lane) bool { return l.waiting == 0 && l.out == 0 }
+// idle reports whether l has no task waiting or running.
+func (s *scheduler) idle(l *lane) bool { return l.waiting == 0 && l.running == 0 }
 
 // holding reports whether a waiting task is held back by a key or a limit:
 // then the end of a task may let it start.

@@ -418,7 +418,7 @@ func (m *schedModel) check() {
 			}
 		}
 		require.Equal(m.t, waiting, ln.waiting, "lane %d waiting", l)
-		require.Equal(m.t, out, ln.out, "lane %d out", l)
+		require.Equal(m.t, out, ln.running, "lane %d out", l)
 		require.Equal(m.t, inLines, ln.held, "lane %d held by keys", l)
 		require.Len(m.t, ln.keys, len(keys), "lane %d: a line for each key waiting or out, and no other", l)
 		if waiting > 0 && (inLines > 0 || !m.underLimit(l)) {

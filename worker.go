@@ -160,7 +160,7 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 			w.since.Store(quitMark)
 			break
 		}
-		if wants := p.wants.Load(); wants != 0 && p.attend(wants, h) {
+		if wants := p.wants.Load(); wants != 0 && p.heed(wants, h) {
 			h = handOff{} // dropped: Stop cut it, or a Shutdown deadline passed
 			continue
 		}
@@ -181,13 +181,13 @@ func (p *Pool) stampIdle(w *worker) {
 	}
 }
 
-// attend does what the dispatcher wants of a worker that has just received
-// h, and reports whether h must not run.
-func (p *Pool) attend(wants uint32, h handOff) (drop bool) {
+// heed does what the dispatcher asks of a worker that has just received h
+// (wants), and reports whether h must be dropped.
+func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
 	if wants&wantTaken != 0 {
 		p.signal() // h left the hand-off buffer
 	}
-	if wants&watchLate != 0 && h.kind == runTask && p.late(h) {
+	if wants&watchLate != 0 && h.kind == runTask && p.cutOff(h) {
 		p.reports.add(report{kind: dropped, handOff: h})
 		p.signal()
 		return true
@@ -195,10 +195,10 @@ func (p *Pool) attend(wants uint32, h handOff) (drop bool) {
 	return false
 }
 
-// late reports whether h, just received from Pool.work, must not run: a
-// Shutdown deadline has passed, or h is at or past the cut that Stop or the
-// deadline made in the hand-off buffer (see cutoff).
-func (p *Pool) late(h handOff) bool {
+// cutOff reports whether h, just received from Pool.work, must not run: a
+// Shutdown deadline has passed, or h was sent at or past the cut that Stop
+// or the deadline made in the hand-off buffer (see cutoff).
+func (p *Pool) cutOff(h handOff) bool {
 	if dl := p.deadline.Load(); dl != nil {
 		select {
 		case <-*dl:
