@@ -202,6 +202,19 @@ func (d *dispatcher) receive(m message) {
 func (d *dispatcher) accept(m message) {
 	d.submitted++
 	d.p.stats.submitted.Store(d.submitted)
+	if m.kind == taskMessage && m.sub == nil && d.sched.waiting == 0 && !d.paused && !d.cut {
+		// The common case, kept short: a task of the pool's own queue
+		// while nothing waits goes straight to a worker.
+		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq()}
+		if d.workers() <= d.max && d.place(e, nil) {
+			d.sched.start(e)
+			d.notePlaced()
+			return
+		}
+		d.wait(e, nil)
+		d.letWorkersRun()
+		return
+	}
 	var l *lane
 	if m.sub != nil {
 		l = d.see(m.sub)
@@ -216,9 +229,7 @@ func (d *dispatcher) accept(m message) {
 	}
 	if !d.paused && d.workers() <= d.max && d.sched.startsNow(e) && d.place(e, m.sub) {
 		d.sched.start(e)
-		if len(d.p.work) > 0 {
-			d.notePeak()
-		}
+		d.notePlaced()
 		return
 	}
 	d.wait(e, m.sub)
@@ -350,6 +361,14 @@ func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 func (d *dispatcher) publishWaiting() {
 	d.notePeak()
 	d.p.stats.waiting.Store(int64(d.sched.waiting))
+}
+
+// notePlaced records the peak of waiting tasks after accept placed a task,
+// which may wait in the hand-off buffer.
+func (d *dispatcher) notePlaced() {
+	if len(d.p.work) > 0 {
+		d.notePeak()
+	}
 }
 
 // notePeak records the waiting tasks, those in the hand-off buffer

@@ -110,9 +110,6 @@ type Pool struct {
 	// for happened.
 	wants atomic.Uint32
 	wake  chan struct{}
-	// reports carries the ends of sub-pools' and keyed tasks, and the tasks
-	// workers dropped late, from the workers to the dispatcher.
-	reports reports
 	// deadline points at the channel that closes when a Shutdown deadline
 	// passes, while the dispatcher watches one; cut is set when Stop or a
 	// passed deadline first takes back the hand-off buffer. Workers look at
@@ -124,12 +121,8 @@ type Pool struct {
 	tick atomic.Uint64
 
 	// closed is set by the dispatcher once the pool accepts no more
-	// submissions, just before it closes stopping. senders counts the
-	// submitters that found closed unset and have not yet handed their
-	// task over (or registered a CallerRuns task): the dispatcher finishes
-	// only once it is 0, so that every submission it let through is taken.
-	closed  atomic.Bool
-	senders atomic.Int64
+	// submissions, just before it closes stopping.
+	closed atomic.Bool
 	// stopCalled is won by the first Stop, drainCalled by the first
 	// StopWait or Shutdown; each then sends its request.
 	stopCalled, drainCalled atomic.Bool
@@ -158,6 +151,21 @@ type Pool struct {
 		mu   sync.Mutex
 		list []*Subpool
 	}
+
+	// The fields below are written by submitters and workers as tasks come
+	// and go: each on a cache line of its own, apart from the fields above,
+	// which every worker and submitter reads for every task.
+	_ [cacheLine]byte
+	// senders counts the submitters that found closed unset and have not
+	// yet handed their task over (or registered a CallerRuns task): the
+	// dispatcher finishes only once it is 0, so that every submission it
+	// let through is taken.
+	senders atomic.Int64
+	_       [cacheLine - 8]byte
+	// reports carries the ends of sub-pools' and keyed tasks, and the tasks
+	// workers dropped, from the workers to the dispatcher.
+	reports reports
+	_       [cacheLine - 32]byte
 
 	stats stats
 }

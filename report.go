@@ -18,8 +18,8 @@ type report struct {
 type reportKind uint8
 
 const (
-	ended reportKind = iota + 1
-	dropped
+	endedReport reportKind = iota + 1
+	droppedReport
 )
 
 // reports collects workers' reports for the dispatcher.
@@ -55,7 +55,7 @@ func (d *dispatcher) collect() bool {
 	got := d.p.reports.take(d.got)
 	for _, r := range got {
 		d.sched.ended(r.entry)
-		if r.kind == dropped {
+		if r.kind == droppedReport {
 			d.drop(r.handOff)
 		}
 	}

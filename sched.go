@@ -82,12 +82,18 @@ func (s *scheduler) admit(t task, l *lane, key string, keyed bool) entry {
 	if l == nil {
 		l = &s.own
 	}
-	s.seq++
-	e := entry{task: t, lane: l, seq: s.seq}
+	e := entry{task: t, lane: l, seq: s.nextSeq()}
 	if keyed {
 		e.line = l.line(key, &s.free)
 	}
 	return e
+}
+
+// nextSeq numbers a task accepted for the pool's own lane, unkeyed, that
+// may start at once: admit without the entry.
+func (s *scheduler) nextSeq() uint64 {
+	s.seq++
+	return s.seq
 }
 
 // startsNow reports whether e, just admitted, may start at once: no task

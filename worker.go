@@ -188,7 +188,7 @@ func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
 		p.signal() // h left the hand-off buffer
 	}
 	if wants&watchLate != 0 && h.kind == runTask && p.cutOff(h) {
-		p.reports.add(report{kind: dropped, handOff: h})
+		p.reports.add(report{kind: droppedReport, handOff: h})
 		p.signal()
 		return true
 	}
@@ -290,7 +290,7 @@ func (p *Pool) taskDone(h handOff, w *worker, panicked bool) {
 	}
 	wants := p.wants.Load()
 	if h.mustReport() {
-		p.reports.add(report{kind: ended, handOff: h})
+		p.reports.add(report{kind: endedReport, handOff: h})
 		if wants&wantEnds != 0 {
 			p.signal()
 			return
