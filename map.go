@@ -12,9 +12,10 @@ const mapWindow = 2
 // (returns an error or panics) or when ctx is done.
 //
 // Map feeds items to the pool rather than submitting them all at once: it
-// keeps at most twice [Pool.Size] (as it is when Map is called) items
-// submitted and not yet finished, so that a long slice neither fills the
-// waiting queue nor holds up other work on a shared pool. It waits for room
+// keeps at most twice as many items submitted and not yet finished as s
+// may run at once when Map is called (the pool's [Pool.Size], or the
+// sub-pool's limit), so that a long slice neither fills the waiting queue
+// nor holds up other work on a shared pool. It waits for room
 // in a bounded queue whatever the pool's overflow policy, so that it cannot
 // fail with [ErrQueueFull] nor run items in the caller. The items are
 // handed to workers in order.

@@ -2,8 +2,7 @@
 // worker goroutines.
 //
 // A [Pool] starts workers as tasks arrive, up to a maximum, queues the tasks
-// that find every worker busy, and stops workers that stay idle. Tasks are
-// handed to workers in the order the pool accepted them.
+// that find every worker busy, and stops workers that stay idle.
 //
 //	p := workerpool.New(8)
 //	for _, job := range jobs {
@@ -11,39 +10,61 @@
 //	}
 //	p.StopWait() // run everything submitted, then release the workers
 //
+// [Pool.SubmitWait] waits for its task; [Go] returns a [Future] for a
+// task's result; a [Group] collects the first error of related tasks, as
+// errgroup does; [Map] runs a func on every item of a slice. A [Subpool]
+// gives one kind of work its own limit on the pool's workers, and
+// [Pool.SubmitKey] keeps the tasks of one key in order, one at a time.
+//
 // # Design
 //
-// One dispatcher goroutine owns the pool's structure: the waiting queue and
+// One dispatcher goroutine owns the pool's structure: the waiting tasks and
 // the count of workers. Submitters hand it tasks over an unbuffered channel,
-// so a task is accepted exactly when the dispatcher takes it. Idle workers
-// wait on a second unbuffered channel, longest idle first. The dispatcher
-// gives a task to an idle worker if there is one, else starts a worker if
-// fewer than the maximum exist, else appends the task to the waiting queue,
-// from which workers take tasks in FIFO order as they come free. A worker
-// idle for the idle timeout exits, between one and two timeouts after it
-// went idle, and the pool never shrinks below its minimum.
+// so a task is accepted exactly when the dispatcher takes it. Workers wait
+// for tasks on a second channel, longest idle first, whose small buffer
+// (the hand-off buffer) lets a worker that comes free take its next task
+// without waiting for the dispatcher. The dispatcher gives a task to an idle
+// worker if there is one, else starts a worker if fewer than the maximum
+// exist, else queues it. Which queued task goes next is decided by a
+// scheduler of plain data, which the dispatcher asks and which never acts.
+// A worker idle for the idle timeout exits, between one and two timeouts
+// after it went idle, and the pool never shrinks below its minimum.
 //
 // The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
 // [WithOverflow] chooses what a submission to a full queue does: wait
 // ([Block], the default), fail with [ErrQueueFull] ([Reject]) or run in the
 // caller ([CallerRuns]).
 //
+// # Order
+//
+// The pool has a queue of its own, and each sub-pool one. Within a queue,
+// tasks are handed to workers in the order the pool accepted them, except
+// that a task whose key is busy (a task with the same key is running)
+// waits for it; the queue's other tasks, keyed or not, do not. When a
+// worker comes free and several queues have a task that may start, they
+// take turns, round robin; a sub-pool at its limit is passed over until
+// one of its tasks ends. With more than one worker, a task may of course
+// start before an earlier one has.
+//
 // # Shutdown
 //
 // A pool must be stopped to release its goroutines. [Pool.StopWait] runs
 // everything already submitted and waits; [Pool.Stop] lets running tasks
-// finish, drops the queue and returns the dropped tasks; [Pool.Shutdown] is
-// StopWait with a deadline, after which it acts as Stop. All three are safe
-// to call more than once and concurrently with each other and with
-// submissions; Stop during a StopWait makes both return early. Once any of
-// them has taken effect, at the latest when it returns, every submission
-// fails with [ErrStopped], and a [Pool.SubmitWait] whose task was dropped
-// returns ErrStopped. When they return, every goroutine the pool started
-// has exited, or has at most its return left to do.
+// finish, drops the queue and returns the dropped tasks, of every queue, in
+// the order the pool accepted them; [Pool.Shutdown] is StopWait with a
+// deadline, after which it acts as Stop. All three are safe to call more
+// than once and concurrently with each other and with submissions; Stop
+// during a StopWait makes both return early. Once any of them has taken
+// effect, at the latest when it returns, every submission fails with
+// [ErrStopped], and a [Pool.SubmitWait] whose task was dropped returns
+// ErrStopped. When they return, every goroutine the pool started has
+// exited, or has at most its return left to do.
 //
 // Calling Stop, StopWait, Shutdown, SubmitWait, or Pause with a ctx that is
 // never done, from inside a task of the same pool can deadlock: the task
-// waits for the pool, and the pool for the task.
+// waits for the pool, and the pool for the task. So can a Submit from a
+// task when the queue is bounded and the policy is [Block], and a
+// SubmitKey or a sub-pool's submission under any policy of a bounded queue.
 //
 // # Panics
 //

@@ -406,3 +406,31 @@ func TestStopReturnsEveryQueuesTasksInTheOneOrderThePoolAcceptedThem(t *testing.
 		})
 	}
 }
+
+// Once Stop has returned, no submission is accepted: not even a CallerRuns
+// task whose submitter learned the queue was full before the stop, and is
+// about to run it. Status's Submitted never rises after Stopped. Real
+// scheduler, many rounds: the window is a few instructions wide.
+func TestNoTaskIsAcceptedOnceStopReturned(t *testing.T) {
+	for range 200 {
+		p := New(1, WithMaxWaiting(1), WithOverflow(CallerRuns))
+		release := occupy(t, p, 2) // one runs, one waits: full
+		var wg sync.WaitGroup
+		var start sync.WaitGroup
+		start.Add(1)
+		for range 8 {
+			wg.Go(func() {
+				start.Wait()
+				for range 20 {
+					_ = p.Submit(func() {})
+				}
+			})
+		}
+		start.Done()
+		release()
+		p.Stop()
+		after := p.Status().Submitted
+		wg.Wait()
+		require.Equal(t, after, p.Status().Submitted, "Submitted rose after Stop returned")
+	}
+}
