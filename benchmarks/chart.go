@@ -27,7 +27,7 @@ const (
 )
 
 // chart returns an SVG image of table t: for each workload, one horizontal
-// bar per pool whose length is its ns/task divided by the best other pool's,
+// bar per pool whose length is its ns/task divided by the faster floor's,
 // on a linear scale, with a dashed line at 1×. Bars beyond the scale's end
 // are cut and marked.
 func chart(e env, t table) string {
@@ -45,7 +45,7 @@ func chart(e env, t table) string {
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		chartWidth, height, chartWidth, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	p(`<text x="%d" y="24" font-size="16" font-weight="bold">Time per task relative to the best other pool (shorter is faster)</text>`+"\n", 10)
+	p(`<text x="%d" y="24" font-size="16" font-weight="bold">Time per task relative to the faster floor, the shape alone (shorter is faster)</text>`+"\n", 10)
 	p(`<text x="%d" y="44" fill="#495057">%s</text>`+"\n", 10, esc(subtitle(e)))
 
 	// Axis: a tick and a grid line per step, the 1× line dashed.
@@ -61,8 +61,8 @@ func chart(e env, t table) string {
 	ours := t.index("ours")
 	for _, r := range t.rows {
 		head := r.w.title + ": " + r.w.label(e.quick)
-		if r.best >= 0 {
-			head += fmt.Sprintf(" (best other: %s, %s ns)", t.peers[r.best].name, nanos(r.cells[r.best].ns))
+		if r.floor >= 0 {
+			head += fmt.Sprintf(" (faster floor: %s, %s ns)", t.peers[r.floor].name, nanos(r.cells[r.floor].ns))
 		}
 		p(`<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y+15, esc(head))
 		y += headHeight
@@ -78,11 +78,11 @@ func chart(e env, t table) string {
 			}
 			p(`<text x="%d" y="%d" text-anchor="end" font-weight="%s">%s</text>`+"\n",
 				nameWidth, y+barHeight-3, weight, esc(pe.name))
-			if c.ok && !math.IsNaN(c.vsBest) {
-				end := x(c.vsBest)
+			if c.ok && !math.IsNaN(c.vsFloor) {
+				end := x(c.vsFloor)
 				p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n",
 					nameWidth+10, y, end-nameWidth-10, barHeight, color)
-				if c.vsBest > limit {
+				if c.vsFloor > limit {
 					// Cut: two white slashes across the bar's end.
 					for _, dx := range []float64{-14, -8} {
 						p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="white" stroke-width="2"/>`+"\n",
@@ -90,7 +90,7 @@ func chart(e env, t table) string {
 					}
 				}
 				p(`<text x="%.1f" y="%d" font-weight="%s">%s · %s ns</text>`+"\n",
-					end+6, y+barHeight-3, weight, ratio(c.vsBest), nanos(c.ns))
+					end+6, y+barHeight-3, weight, ratio(c.vsFloor), nanos(c.ns))
 			}
 			y += barHeight + barGap
 		}
@@ -100,7 +100,7 @@ func chart(e env, t table) string {
 		y += groupGap
 	}
 	p(`<text x="10" y="%d" fill="#495057">%s</text>`+"\n", height-10,
-		esc("ns/task (pool creation to teardown, over tasks) ÷ the best bounded pool other than ours (dashed line). Grey: unbounded goroutines, for reference."))
+		esc("ns/task (pool creation to teardown, over tasks) ÷ the faster floor's, per workload (dashed line). Grey: unbounded goroutines, for reference."))
 	p("</svg>\n")
 	return b.String()
 }
@@ -111,8 +111,8 @@ func scaleLimit(t table) float64 {
 	most := 1.0
 	for _, r := range t.rows {
 		for _, c := range r.cells {
-			if c.ok && !math.IsNaN(c.vsBest) {
-				most = math.Max(most, c.vsBest)
+			if c.ok && !math.IsNaN(c.vsFloor) {
+				most = math.Max(most, c.vsFloor)
 			}
 		}
 	}

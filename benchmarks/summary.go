@@ -54,7 +54,7 @@ type cell struct {
 	wall       float64 // ns
 	ideal      float64 // cpu workload: ideal wall ns
 	vsIdeal    float64 // cpu workload: wall / ideal
-	vsBest     float64 // ns / the best other pool's ns; NaN if there is none
+	vsFloor    float64 // ns / the faster floor's ns; NaN if no floor ran
 	other      float64 // share of the CPU other processes took; NaN if unknown
 }
 
@@ -63,6 +63,7 @@ type row struct {
 	w     workload
 	cells []cell // in the order of table.peers
 	best  int    // index of the best other pool, or -1
+	floor int    // index of the faster floor (see fasterFloor), or -1
 }
 
 // A table holds every median of the run.
@@ -76,40 +77,60 @@ type table struct {
 	otherMedian, otherMax float64
 }
 
-// isOther reports whether p can be the "best other" pool that ours is
-// compared with: any pool but ours that honours the worker limit.
+// isOther reports whether p can be the "best other" pool shown beside ours
+// for information: any pool but ours and the floors that honours the
+// worker limit.
 func isOther(p peer) bool { return p.name != "ours" && p.bounded && !isFloor(p) }
 
 // isFloor reports whether p is one of the two floor subjects (floor.go):
 // not a peer, but the cost of the shape alone.
 func isFloor(p peer) bool { return strings.HasPrefix(p.name, "floor-") }
 
-// Targets of the performance issue: ours over gammazero/workerpool, the one
-// peer of the same shape, in every workload; ours over the ideal wall time
-// in the CPU-bound one; and ours over the best other pool, per workload.
+// The targets of issue 15 ("Speed: the shape's floor") for ours, in every
+// workload: at most floorTarget times the faster floor's ns/task, and at
+// most gammazeroTarget times that of gammazero/workerpool, the one peer of
+// the same shape. A workload meets its target only within both.
 const (
-	gammazeroTarget = 0.8
-	idealTarget     = 1.03
+	floorTarget     = 1.10
+	gammazeroTarget = 1.00
 )
 
-// target returns the limit on ours / best other for w, or 0 if there is
-// none (the CPU-bound workload is held to the ideal wall time instead).
-func (w workload) target() float64 {
-	switch {
-	case w.kind == cpu:
-		return 0
-	case w.wait:
-		return 1.5
-	case w.kind == sleep:
-		return 1.2
-	case w.key == "tiny-1m":
-		return 1.5
+// over returns the ns/task of the pool at index i over that of the pool at
+// index j, or NaN if either is -1 or did not run.
+func (r row) over(i, j int) float64 {
+	if i < 0 || j < 0 || !r.cells[i].ok || !r.cells[j].ok {
+		return math.NaN()
 	}
-	return 2.0
+	return r.cells[i].ns / r.cells[j].ns
+}
+
+// meetsTargets reports whether ours, the pool at index ours, is within
+// floorTarget of the faster floor and within gammazeroTarget of
+// gammazero, the pool at index gz. known is false if ours, the floors or
+// gammazero did not run, so that there is nothing to judge.
+func (r row) meetsTargets(ours, gz int) (met, known bool) {
+	vsFloor, vsGz := r.over(ours, r.floor), r.over(ours, gz)
+	if math.IsNaN(vsFloor) || math.IsNaN(vsGz) {
+		return false, false
+	}
+	return vsFloor <= floorTarget && vsGz <= gammazeroTarget, true
+}
+
+// fasterFloor returns the index of the floor subject with the lowest
+// ns/task among cells, or -1 if no floor ran. On a tie the first in peers
+// wins.
+func fasterFloor(peers []peer, cells []cell) int {
+	floor := -1
+	for i, p := range peers {
+		if cells[i].ok && isFloor(p) && (floor < 0 || cells[i].ns < cells[floor].ns) {
+			floor = i
+		}
+	}
+	return floor
 }
 
 // summarize reduces the runs of every cell to medians and finds each
-// workload's best other pool.
+// workload's faster floor and best other pool.
 func summarize(cfg config, runs map[string][]result) table {
 	t := table{peers: cfg.peers}
 	for _, w := range cfg.workloads {
@@ -121,11 +142,9 @@ func summarize(cfg config, runs map[string][]result) table {
 				r.best = i
 			}
 		}
+		r.floor = fasterFloor(cfg.peers, r.cells)
 		for i := range r.cells {
-			r.cells[i].vsBest = math.NaN()
-			if r.best >= 0 {
-				r.cells[i].vsBest = r.cells[i].ns / r.cells[r.best].ns
-			}
+			r.cells[i].vsFloor = r.over(i, r.floor)
 		}
 		t.rows = append(t.rows, r)
 	}
