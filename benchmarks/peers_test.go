@@ -127,6 +127,9 @@ func TestReportAndChartNameEveryPool(t *testing.T) {
 	if !strings.Contains(svg, "0.11× · 10.0 ns") || !strings.Contains(svg, "1.00× · 90.0 ns") {
 		t.Errorf("chart lacks ours at 0.11× and floor-buffered at 1.00× of the floor:\n%s", svg)
 	}
+	if !strings.Contains(svg, ">1.10×: ours' target<") || !strings.Contains(svg, `fill="`+floorColor+`"`) {
+		t.Errorf("chart lacks the target's legend or the floors' colour:\n%s", svg)
+	}
 }
 
 // TestFasterFloorIsChosenPerWorkload checks that each workload is judged
