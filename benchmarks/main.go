@@ -1,5 +1,6 @@
 // Command benchmarks compares github.com/dispatchkit/workerpool with other Go
-// worker pools on the same workloads, and writes the results as a Markdown
+// worker pools, and with the floor (the cheapest code of its shape, in
+// floor.go), on the same workloads, and writes the results as a Markdown
 // table and an SVG chart.
 //
 // Run it from this directory:

@@ -26,6 +26,8 @@ type env struct {
 	maxOther float64 // config.maxOther
 }
 
+// describeEnv returns what is known of the run of cfg, started by command,
+// before it measures anything: the rest is filled in as it goes.
 func describeEnv(command string, cfg config) env {
 	return env{
 		command:   command,
