@@ -253,11 +253,12 @@ func (p *Pool) send(m message) error {
 	default:
 	}
 	p.senders.Add(1)
-	defer p.leave()
 	if p.closed.Load() {
+		p.leave()
 		return ErrStopped
 	}
 	p.tasks <- m
+	p.leave()
 	return nil
 }
 
@@ -279,6 +280,6 @@ func (p *Pool) runHere(t task) error {
 	}
 	p.stats.callerSubmitted.Add(1)
 	p.leave()
-	p.run(handOff{kind: runTask, entry: entry{task: t}}, nil)
+	p.run(&handOff{kind: runTask, entry: entry{task: t}}, nil)
 	return nil
 }

@@ -139,7 +139,7 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 	}()
 	for {
 		if h.kind == runTask {
-			p.run(h, w)
+			p.run(&h, w)
 			if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
 				w.since.Store(retiredMark)
 				p.signal() // one worker fewer
@@ -228,7 +228,7 @@ func (p *Pool) signal() {
 // Completed in Status, and a panic handler that panics or calls
 // runtime.Goexit cannot leave it counted as running. The deferred call runs
 // on return, on a panic and on runtime.Goexit alike.
-func (p *Pool) run(h handOff, w *worker) {
+func (p *Pool) run(h *handOff, w *worker) {
 	fn := h.fn
 	if h.w != nil {
 		fn = h.w.do
@@ -265,7 +265,7 @@ func (pe *PanicError) asError() error {
 // The worker is stamped idle before it is counted not busy, so that Status
 // and reaping never see it idle with the stamp of an earlier idle period;
 // but not while a panic handler is to run: that is not idle.
-func (p *Pool) taskDone(h handOff, w *worker, panicked bool) {
+func (p *Pool) taskDone(h *handOff, w *worker, panicked bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -290,7 +290,7 @@ func (p *Pool) taskDone(h handOff, w *worker, panicked bool) {
 	}
 	wants := p.wants.Load()
 	if h.mustReport() {
-		p.reports.add(report{kind: endedReport, handOff: h})
+		p.reports.add(report{kind: endedReport, handOff: *h})
 		if wants&wantEnds != 0 {
 			p.signal()
 			return
