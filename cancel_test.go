@@ -96,3 +96,69 @@ func TestMapAfterCancellationDoesNotWaitForItemsThatWillNotRun(t *testing.T) {
 		})
 	}
 }
+
+// A Group whose context is done takes its queued tasks out of the queue at
+// once, before Wait is even called: they never run, Waiting drops, and
+// Status counts them Canceled.
+func TestAGroupsQueuedTasksLeaveTheQueueOnceItsContextIsDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(8))
+		block := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-block }))
+		ctx, cancel := context.WithCancel(context.Background())
+		g := p.Group(ctx)
+		for range 5 {
+			g.Go(func(context.Context) error { t.Error("a task ran after its group's context was done"); return nil })
+		}
+		synctest.Wait()
+		require.Equal(t, 5, p.Status().Waiting)
+
+		cancel()
+		synctest.Wait()
+		s := p.Status()
+		assert.Zero(t, s.Waiting, "the group's tasks left the queue")
+		assert.Equal(t, uint64(5), s.Canceled)
+		for range 8 {
+			assert.NoError(t, p.TrySubmit(func() {}), "the bounded queue has its room back")
+		}
+
+		assert.ErrorIs(t, g.Wait(), context.Canceled)
+		assert.Equal(t, 5, g.Skipped())
+		close(block)
+		p.StopWait()
+		s = p.Status()
+		assert.Equal(t, s.Submitted, s.Completed+s.Canceled)
+	})
+}
+
+// Map's items that have not started when its context is done leave the
+// queue at once too.
+func TestMapsQueuedItemsLeaveTheQueueOnceItsContextIsDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.StopWait()
+		ctx, cancel := context.WithCancel(context.Background())
+		items := make([]int, 4) // the window: twice the two workers
+		started, release := make(chan struct{}, 4), make(chan struct{})
+		done := make(chan error)
+		go func() {
+			_, err := workerpool.Map(ctx, p, items, func(ctx context.Context, _ int) (int, error) {
+				started <- struct{}{}
+				<-release
+				return 0, nil
+			})
+			done <- err
+		}()
+		synctest.Wait()
+		require.Len(t, started, 2, "two items run, two wait")
+		require.Equal(t, 2, p.Status().Waiting)
+		cancel()
+		synctest.Wait()
+		s := p.Status()
+		assert.Zero(t, s.Waiting, "at once, while the two running items go on")
+		assert.Equal(t, uint64(2), s.Canceled, "the two waiting items never ran")
+		close(release)
+		assert.ErrorIs(t, <-done, context.Canceled)
+		assert.Equal(t, uint64(2), p.Status().Completed)
+	})
+}

@@ -126,11 +126,11 @@ func (d *dispatcher) run() {
 }
 
 // quiet reports whether the loop has nothing to do but receive: nothing
-// waits to be handed out, no worker is asked to signal, and no request
-// waits for anything.
+// waits to be handed out, no worker is asked to signal or to retire, and
+// no request waits for anything.
 func (d *dispatcher) quiet() bool {
 	return d.sched.waiting == 0 && d.wants == 0 && !d.draining && !d.paused &&
-		len(d.stops) == 0 && d.room()
+		len(d.stops) == 0 && d.room() && d.workers() <= d.max
 }
 
 // finished reports whether the loop is done: the pool is stopping, no task
@@ -206,6 +206,9 @@ func (d *dispatcher) accept(m message) {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits goes straight to a worker.
 		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq()}
+		if m.task.w != nil {
+			noteSpot(e)
+		}
 		if d.workers() <= d.max && d.place(e, nil) {
 			d.sched.start(e)
 			d.notePlaced()
@@ -221,6 +224,9 @@ func (d *dispatcher) accept(m message) {
 		m.sub.stats.submitted.Add(1)
 	}
 	e := d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage)
+	if m.task.w != nil {
+		noteSpot(e)
+	}
 	if d.cut {
 		// Stop dropped the queue: a task that a submitter on its way
 		// handed over since goes the same way.

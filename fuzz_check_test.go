@@ -57,8 +57,8 @@ func (m *fuzzModel) checkAtRest() {
 	// A task that CallerRuns runs in its submitter is in none of Status's
 	// terms until it ends: its submission is still in progress.
 	inCallers := uint64(m.callerRunning.Load())
-	if s.Submitted != s.Completed+s.Abandoned+uint64(s.Waiting)+uint64(s.Busy)+inCallers {
-		m.failf("at rest, Submitted != Completed + Abandoned + Waiting + Busy (+ %d running in callers): %+v", inCallers, s)
+	if s.Submitted != s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy)+inCallers {
+		m.failf("at rest, Submitted != Completed + Abandoned + Canceled + Waiting + Busy (+ %d running in callers): %+v", inCallers, s)
 	}
 	if s.Idle != s.Workers-s.Busy {
 		m.failf("Idle != Workers - Busy: %+v", s)

@@ -167,8 +167,8 @@ func (m *fuzzModel) checkSubsAtRest() {
 		target := i + 1
 		st, tg := s.Status(), &m.targets[target]
 		inCallers := uint64(tg.callerRunning.Load())
-		if st.Submitted != st.Completed+st.Abandoned+uint64(st.Waiting)+uint64(st.Busy)+inCallers {
-			m.failf("sub-pool %s at rest: Submitted != Completed + Abandoned + Waiting + Busy (+ %d running in callers): %+v",
+		if st.Submitted != st.Completed+st.Abandoned+st.Canceled+uint64(st.Waiting)+uint64(st.Busy)+inCallers {
+			m.failf("sub-pool %s at rest: Submitted != Completed + Abandoned + Canceled + Waiting + Busy (+ %d running in callers): %+v",
 				s.Name(), inCallers, st)
 		}
 		if want := tg.running.Load(); int64(st.Busy) != want {

@@ -38,6 +38,18 @@ type Group struct {
 	closed     bool
 	waitCalled bool
 	idle       chan struct{} // closed once Wait was called and no task is queued or running
+
+	// The tasks the group submitted, to give up on once its context is
+	// done (see giveUpQueued): Go's in mine; Map's in items, the first
+	// entered of them. Guarded by mu.
+	mine    []*groupTask
+	items   itemList
+	entered int
+}
+
+// An itemList is Map's slice of tasks, for its group to give up on.
+type itemList interface {
+	item(i int) cancelable
 }
 
 // Group returns a new, empty group of tasks that run on p. Its context is
@@ -46,7 +58,7 @@ type Group struct {
 // whatever its number of tasks: the Group, its cancellable context and the
 // channel that releases Wait.
 // Group panics if ctx is nil.
-func (p *Pool) Group(ctx context.Context) *Group { return newGroup(p, ctx) }
+func (p *Pool) Group(ctx context.Context) *Group { return newGroup(p, ctx).watch() }
 
 func newGroup(to Submitter, ctx context.Context) *Group {
 	if ctx == nil {
@@ -55,6 +67,13 @@ func newGroup(to Submitter, ctx context.Context) *Group {
 	p, _ := to.target()
 	ctx, cancel := context.WithCancelCause(ctx)
 	return &Group{to: to, p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
+}
+
+// watch makes the group skip its queued tasks as soon as its context is
+// done, whether or not Wait has been called.
+func (g *Group) watch() *Group {
+	context.AfterFunc(g.ctx, g.close)
+	return g
 }
 
 // Context returns the group's context, the one passed to its tasks. It is
@@ -76,7 +95,7 @@ func (g *Group) Context() context.Context { return g.ctx }
 // [Group.TryGo] to handle a full queue without failing the group.
 //
 // Calls to Go must happen before [Group.Wait] is called, or come from a task
-// of the group. Go allocates one object of 16 bytes per task beyond fn's
+// of the group. Go allocates one object of 40 bytes per task beyond fn's
 // own closure; a skipped fn costs nothing.
 func (g *Group) Go(fn func(ctx context.Context) error) {
 	g.submit(fn, false)
@@ -126,9 +145,10 @@ func (g *Group) Wait() error {
 // turned away are not counted. The count is final once [Group.Wait] has
 // returned.
 //
-// A task skipped while it waited in the pool's queue stays there until a
-// worker reaches it and runs the wrapper that skips it at once; [Pool.Status]
-// then counts it as Completed. One skipped in Go never reached the pool.
+// Once the group's context is done, its tasks still waiting in the pool's
+// queue leave it at once, whether or not Wait has been called: they never
+// run, a bounded queue has their room back, and [Pool.Status] counts them
+// in Canceled.
 func (g *Group) Skipped() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -153,7 +173,8 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 	if try {
 		overflow = Reject
 	}
-	return g.start(&groupTask{g: g, fn: fn}, overflow, try)
+	t := &groupTask{g: g, fn: fn}
+	return g.start(t, overflow, try)
 }
 
 // start submits w, a task of the group whose do starts with g.begin and
@@ -162,15 +183,18 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 // for room, w is skipped too. A refusal by the pool is recorded as a skipped
 // task and the group's error, unless try is set: then start returns false
 // and records nothing.
-func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
-	if !g.enter() {
+func (g *Group) start(w cancelable, overflow Overflow, try bool) bool {
+	if !g.enter(w) {
 		g.record(context.Cause(g.ctx))
 		return true
 	}
 	err := submitWaiter(g.to, g.ctx, w, overflow)
+	if err != nil {
+		w.claim() // never queued: nothing to give up on
+	}
 	switch {
 	case err == nil:
-		// The pool calls w.finish.
+		// The pool calls w.finish, unless the group gives w up.
 	case err == g.ctx.Err():
 		g.leave(true, context.Cause(g.ctx))
 	case try:
@@ -182,15 +206,19 @@ func (g *Group) start(w waiter, overflow Overflow, try bool) bool {
 	return true
 }
 
-// enter counts a task about to be submitted as queued, unless the group's
-// context is done: then it reports false.
-func (g *Group) enter() bool {
+// enter counts w, a task about to be submitted, as queued, unless the
+// group's context is done: then it reports false.
+func (g *Group) enter(w cancelable) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || g.ctx.Err() != nil {
 		return false
 	}
 	g.queued++
+	g.entered++
+	if t, ok := w.(*groupTask); ok {
+		g.mine = append(g.mine, t)
+	}
 	return true
 }
 
@@ -198,16 +226,21 @@ func (g *Group) enter() bool {
 // not once the group's context is done.
 func (g *Group) begin() bool {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+	switch {
+	case g.closed:
+		g.mu.Unlock()
 		return false // counted as skipped by close
-	}
-	if g.ctx.Err() != nil {
-		g.closeLocked() // counts this one too
+	case g.ctx.Err() != nil:
+		queued := g.closeLocked() // counts this one too
+		g.mu.Unlock()
+		if queued {
+			g.giveUpQueued() // the others leave the queue
+		}
 		return false
 	}
 	g.queued--
 	g.running++
+	g.mu.Unlock()
 	return true
 }
 
@@ -248,16 +281,22 @@ func (g *Group) leave(skip bool, err error) {
 }
 
 // close counts every queued task as skipped, once the group's context is
-// done.
+// done, and gives up on those the pool has not started: they leave its
+// queue at once.
 func (g *Group) close() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.closeLocked()
+	queued := g.closeLocked()
+	g.mu.Unlock()
+	if queued {
+		g.giveUpQueued()
+	}
 }
 
-func (g *Group) closeLocked() {
+// closeLocked marks the group closed and counts its queued tasks as
+// skipped, and reports whether there were any, the first time.
+func (g *Group) closeLocked() (queued bool) {
 	if g.closed {
-		return
+		return false
 	}
 	g.closed = true
 	if g.queued > 0 {
@@ -268,7 +307,28 @@ func (g *Group) closeLocked() {
 		// group's error. The context is done already.
 		g.setErrLocked(context.Cause(g.ctx))
 		g.settleLocked()
+		return true
 	}
+	return false
+}
+
+// giveUpQueued takes back from the pool the group's tasks that no worker
+// has started, once the group is closed: they never run, and leave the
+// queue at once.
+func (g *Group) giveUpQueued() {
+	g.mu.Lock()
+	ws := make([]cancelable, 0, len(g.mine))
+	for _, t := range g.mine {
+		ws = append(ws, t)
+	}
+	if g.items != nil {
+		for i := range g.entered {
+			ws = append(ws, g.items.item(i))
+		}
+	}
+	g.mine = nil
+	g.mu.Unlock()
+	g.p.giveUp(ws)
 }
 
 // settleLocked releases Wait once no task is queued or running.
@@ -322,15 +382,19 @@ func (g *Group) firstErr() error {
 	return g.err
 }
 
-// A groupTask is the waiter of one task given to [Group.Go]: 16 bytes.
+// A groupTask is the waiter of one task given to [Group.Go]: 40 bytes.
 type groupTask struct {
-	g  *Group
-	fn func(context.Context) error // nil once skipped by do
+	claimState
+	where queueSpot
+	g     *Group
+	fn    func(context.Context) error // nil once skipped by do
 }
+
+func (t *groupTask) spot() *queueSpot { return &t.where }
 
 // do runs fn with the group's context, unless that is done: then fn is
 // skipped. A task that has started is never skipped.
-func (t *groupTask) do() {
+func (t *groupTask) do(*locals) {
 	if !t.g.begin() {
 		t.fn = nil
 		return

@@ -185,15 +185,23 @@ func (d *dispatcher) quitParked(n int) {
 	}
 }
 
-// start starts a worker goroutine whose first task is h, if it is one.
+// start starts a worker goroutine whose first task is h, if it is one:
+// claimed, and counted busy, before the worker runs.
 func (d *dispatcher) start(h handOff) {
 	w := new(worker)
+	if h.kind == runTask && h.w != nil && !h.w.claim() {
+		// Its submitter gave up on it: the new worker starts without it.
+		if h.mustReport() {
+			d.p.reports.add(report{kind: endedReport, handOff: h})
+		}
+		h = handOff{}
+	}
 	if h.kind == runTask {
 		d.handed++
 		d.unplaced = 0
-		w.phase.Store(1) // busy with h
+		w.phase.Store(1) // busy with h: Status shows it at once
 		if h.sub != nil {
-			h.sub.stats.started.Add(1) // Busy in the sub-pool's Status at once, too
+			h.sub.stats.started.Add(1)
 		}
 	} else {
 		w.since.Store(d.p.tick.Load() + 1)

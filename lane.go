@@ -260,6 +260,22 @@ type seqRun struct{ first, n uint64 }
 
 func (f *fifo) len() int { return f.fns.Len() }
 
+// holds reports whether the task numbered seq is in the fifo: its seqs are
+// in runs, in order.
+func (f *fifo) holds(seq uint64) bool {
+	n := f.runs.Len()
+	i, j := 0, n
+	for i < j { // the first run that ends after seq
+		h := (i + j) / 2
+		if r := f.runs.At(h); r.first+r.n <= seq {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	return i < n && f.runs.At(i).first <= seq
+}
+
 // front returns the first task; the fifo must not be empty.
 func (f *fifo) front() task {
 	if fn := f.fns.Front(); fn != nil {

@@ -34,7 +34,7 @@ const mapWindow = 2
 // same pool can deadlock.
 //
 // Map allocates 9 objects per call, however many items there are: among
-// them the results and one slice of 16-byte task records, one per item.
+// them the results and one slice of 40-byte task records, one per item.
 func Map[T, R any](ctx context.Context, s Submitter, items []T, fn func(context.Context, T) (R, error)) ([]R, error) {
 	if fn == nil {
 		return nil, ErrNilTask
@@ -53,6 +53,8 @@ func Map[T, R any](ctx context.Context, s Submitter, items []T, fn func(context.
 	// One slice of task records for every item: the pool holds pointers
 	// into it, so items cost no allocation each.
 	tasks := make([]mapTask[T, R], len(items))
+	m.tasks = tasks
+	g.items = m // to give up on the items not started once ctx is done
 	for i := range items {
 		select {
 		case m.room <- struct{}{}:
@@ -84,20 +86,27 @@ type mapRun[T, R any] struct {
 	items   []T
 	fn      func(context.Context, T) (R, error)
 	results []R // each written by its own item's task, before Wait returns
+	tasks   []mapTask[T, R]
 	// room holds a token for every item submitted and not yet finished;
 	// its capacity is the window.
 	room chan struct{}
 }
 
-// A mapTask is the waiter of one item: 16 bytes, in Map's slice.
+func (m *mapRun[T, R]) item(i int) cancelable { return &m.tasks[i] }
+
+// A mapTask is the waiter of one item: 40 bytes, in Map's slice.
 type mapTask[T, R any] struct {
-	m *mapRun[T, R]
-	i int
+	claimState
+	where queueSpot
+	m     *mapRun[T, R]
+	i     int
 }
+
+func (t *mapTask[T, R]) spot() *queueSpot { return &t.where }
 
 // do calls fn on the item, unless the group's context is done: then the
 // item is skipped.
-func (t *mapTask[T, R]) do() {
+func (t *mapTask[T, R]) do(*locals) {
 	m := t.m
 	if !m.g.begin() {
 		t.i = -1

@@ -14,6 +14,7 @@ type request struct {
 	ctx      context.Context // pause: pause until it is done
 	deadline <-chan struct{} // drain: a Shutdown's ctx.Done(), or nil
 	sub      *Subpool        // sub*: the sub-pool
+	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
 	done     chan struct{}
 }
@@ -30,6 +31,7 @@ const (
 	subResizeRequest                        // Subpool.Resize: set its limit to n
 	subStopRequest                          // Subpool.Stop: drop its tasks, wait for it to be idle
 	subDrainRequest                         // Subpool.StopWait: wait for it to be idle
+	cancelRequest                           // remove the cancel tasks from the queue
 )
 
 // handle carries out a request.
@@ -64,6 +66,8 @@ func (d *dispatcher) handle(r *request) {
 	case subStopRequest, subDrainRequest:
 		d.stopLane(r) // answers r.done once the sub-pool is idle
 		return
+	case cancelRequest:
+		d.cancel(r.cancel)
 	}
 	if r.done != nil {
 		close(r.done)
@@ -240,7 +244,9 @@ func (d *dispatcher) drop(h handOff) {
 		h.sub.stats.abandoned.Add(1)
 	}
 	if h.w != nil {
-		h.w.finish(ErrStopped)
+		if h.w.claim() {
+			h.w.finish(ErrStopped)
+		}
 		h.w = nil
 	}
 	d.dead = append(d.dead, h)
@@ -269,7 +275,9 @@ func (d *dispatcher) stopLane(r *request) {
 		slices.SortFunc(gone, bySeq)
 		for _, e := range gone {
 			if e.w != nil {
-				e.w.finish(ErrStopped)
+				if e.w.claim() {
+					e.w.finish(ErrStopped)
+				}
 			} else {
 				r.tasks = append(r.tasks, e.fn)
 			}

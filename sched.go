@@ -21,24 +21,6 @@ import (
 //   - A stop drops waiting tasks in the one order the pool accepted them,
 //     whatever their lanes and keys.
 
-// A task is one submitted piece of work: a fire-and-forget func, or a
-// waiter, whose submitter learns what became of it. Exactly one is set.
-type task struct {
-	fn func()
-	w  waiter
-}
-
-// A waiter is a task whose submitter learns what became of it: the task of
-// a SubmitWait, a Future, a Group or a Map. The pool calls finish exactly
-// once: after do returned, panicked or called runtime.Goexit (with nil or
-// the *PanicError), or with ErrStopped when a stop dropped the task before
-// it started. finish may run on a worker, the dispatcher or the submitter,
-// so it must not block or call into the pool.
-type waiter interface {
-	do()
-	finish(err error)
-}
-
 // An entry is a task as the scheduler knows it: its lane, its key's line
 // (nil if it has no key) and its seq, which numbers the tasks in the order
 // the pool accepted them, from 1.
@@ -68,6 +50,10 @@ type scheduler struct {
 	// next is the lane and task that peek chose, for take; nil once taken
 	// or changed.
 	next *lane
+	// gone holds the seqs of unkeyed tasks taken back by their submitters
+	// (see cancel) that are still in their lane's fifo, behind its first
+	// task: they are dropped as they reach its front.
+	gone map[uint64]struct{}
 	free []*keyLine // unused key lines, to reuse
 }
 
@@ -153,6 +139,7 @@ func (s *scheduler) take() entry {
 	s.next = nil
 	e := l.first()
 	l.remove(e)
+	s.dropGone(l)
 	s.waiting--
 	s.start(e)
 	i := slices.Index(s.ring, l)
@@ -236,7 +223,56 @@ func (s *scheduler) drain(tasks []entry, l *lane) []entry {
 	s.next = nil
 	s.waiting -= l.waiting
 	l.inRing = false
-	return l.drain(tasks, &s.free)
+	n := len(tasks)
+	tasks = l.drain(tasks, &s.free)
+	if len(s.gone) == 0 {
+		return tasks
+	}
+	kept := tasks[:n]
+	for _, e := range tasks[n:] {
+		if _, gone := s.gone[e.seq]; gone && e.line == nil {
+			delete(s.gone, e.seq) // given up on: neither run nor dropped
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept
+}
+
+// cancel removes the unkeyed task numbered seq from lane l, if it waits
+// there, and reports whether it did. Its submitter gave up on it: it never
+// runs, and a stop does not return it.
+func (s *scheduler) cancel(l *lane, seq uint64) bool {
+	if _, gone := s.gone[seq]; gone || !l.fifo.holds(seq) {
+		return false
+	}
+	s.next = nil
+	if s.gone == nil {
+		s.gone = make(map[uint64]struct{})
+	}
+	s.gone[seq] = struct{}{}
+	l.waiting--
+	s.waiting--
+	s.dropGone(l)
+	if l.waiting == 0 && l.inRing {
+		l.inRing = false
+		i := slices.Index(s.ring, l)
+		s.ring = slices.Delete(s.ring, i, i+1)
+	}
+	return true
+}
+
+// dropGone drops the tasks at the front of l's fifo whose submitters gave
+// up on them, so that its first task is one that may run.
+func (s *scheduler) dropGone(l *lane) {
+	for len(s.gone) > 0 && l.fifo.len() > 0 {
+		seq := l.fifo.firstSeq()
+		if _, gone := s.gone[seq]; !gone {
+			return
+		}
+		delete(s.gone, seq)
+		l.fifo.popFront()
+	}
 }
 
 // bySeq orders entries as the pool accepted them.

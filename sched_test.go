@@ -176,6 +176,7 @@ func FuzzSched(f *testing.F) {
 	f.Add([]byte{0x00, 0x10, 0x21, 0x03, 0x04, 0x05, 0x13, 0x06})
 	f.Add([]byte{0x30, 0x41, 0x52, 0x60, 0x03, 0x03, 0x07, 0x08, 0x04, 0x03})
 	f.Add([]byte{0x01, 0x01, 0x11, 0x22, 0x32, 0x03, 0x03, 0x09, 0x0a, 0x03, 0x05})
+	f.Add([]byte{0x00, 0x00, 0x00, 0x10, 0x00, 0x1a, 0x0a, 0x03, 0x2a, 0x06, 0x03, 0x0b})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newSchedModel(t, data)
 		if len(data) == 0 {
@@ -201,6 +202,7 @@ const (
 	opSchedSetMax          // set the maximum to 1+arg%4
 	opSchedSetLimit        // set a sub-pool's limit to 1+arg/2%4
 	opSchedTakeAll         // hand out every task that may start
+	opSchedCancel          // cancel the arg-th task: waiting unkeyed ones leave, others stay
 	opSchedDropAll
 )
 
@@ -311,6 +313,23 @@ func (m *schedModel) step(b byte) {
 		l := 1 + arg%2
 		m.limits[l] = 1 + arg/2%4
 		m.s.setLimit(m.lanes[l], m.limits[l])
+	case opSchedCancel:
+		all := append(append([]modelTask{}, m.wait...), m.out...)
+		if len(all) == 0 {
+			return
+		}
+		mt := all[arg%len(all)]
+		waiting := slices.IndexFunc(m.wait, func(x modelTask) bool { return x.e.seq == mt.e.seq })
+		want := waiting >= 0 && mt.key == ""
+		require.Equal(m.t, want, m.s.cancel(m.lanes[mt.lane], mt.e.seq), "cancel: only a waiting unkeyed task leaves")
+		require.False(m.t, m.s.cancel(m.lanes[mt.lane], mt.e.seq), "cancel: a task leaves once")
+		if want {
+			m.wait = slices.Delete(m.wait, waiting, waiting+1)
+			if !slices.ContainsFunc(m.wait, func(x modelTask) bool { return x.lane == mt.lane }) {
+				m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
+			}
+			m.sinceTake = 0
+		}
 	case opSchedDropAll:
 		got := m.s.dropAll()
 		var want []entry

@@ -46,7 +46,7 @@ func (s State) String() string {
 // one, so while tasks move they may come from slightly different instants;
 // at rest (no submission, hand-off or completion in progress) they balance:
 //
-//	Submitted == Completed + Abandoned + Waiting + Busy
+//	Submitted == Completed + Abandoned + Canceled + Waiting + Busy
 //
 // A task that [CallerRuns] is running in its submitter is in Submitted only,
 // until it completes; its Submit has not returned, so the pool is not at
@@ -77,6 +77,11 @@ type Status struct {
 	// in Submitted. Abandoned counts accepted tasks that never started
 	// because of [Pool.Stop], [Subpool.Stop] or an expired [Pool.Shutdown].
 	Rejected, Abandoned uint64
+	// Canceled counts accepted tasks that never started because their
+	// submitters gave up on them first: a [Call] whose context was done, or
+	// the tasks of a [Group] or a [Map] whose context was done. They left
+	// the queue at once.
+	Canceled uint64
 }
 
 // Status returns a snapshot of the pool's state and counters. It reads
@@ -107,6 +112,7 @@ func (p *Pool) Status() Status {
 		Panicked:    panicked,
 		Rejected:    s.rejected.Load(),
 		Abandoned:   s.abandoned.Load(),
+		Canceled:    s.canceled.Load(),
 	}
 }
 
@@ -166,6 +172,7 @@ type stats struct {
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
 	callerRan       atomic.Uint64 // of them, those that ended
+	canceled        atomic.Uint64 // tasks their submitters gave up on (see Pool.giveUp)
 	quitsReceived   atomic.Uint64 // quits workers received
 }
 

@@ -280,6 +280,9 @@ func (p *Pool) runHere(t task) error {
 	}
 	p.stats.callerSubmitted.Add(1)
 	p.leave()
+	if t.w != nil && !t.w.claim() {
+		return nil // its submitter gave up on it already
+	}
 	p.run(&handOff{kind: runTask, entry: entry{task: t}}, nil)
 	return nil
 }

@@ -82,6 +82,7 @@ type subStats struct {
 	_ [cacheLine]byte
 
 	started, ended atomic.Uint64 // tasks workers received and ended
+	canceled       atomic.Uint64 // tasks their submitters gave up on
 	panicked       atomic.Uint64
 	rejected       atomic.Uint64
 }
@@ -94,7 +95,7 @@ type subStats struct {
 // bound. Status raises the peak too, to the Waiting it reports.
 func (s *Subpool) notePeak(buffered int) {
 	st := &s.stats
-	n := int64(st.submitted.Load()) - int64(st.started.Load()) - int64(st.abandoned.Load())
+	n := int64(st.submitted.Load()) - int64(st.started.Load()) - int64(st.abandoned.Load()) - int64(st.canceled.Load())
 	raise(&st.peakWaiting, min(n, int64(s.lane.waiting+buffered)))
 }
 
@@ -198,7 +199,7 @@ func (s *Subpool) Resize(n int) {
 }
 
 // Status returns a snapshot of the sub-pool's own tasks: Submitted,
-// Completed, Panicked, Rejected, Abandoned, Busy (its tasks running),
+// Completed, Panicked, Rejected, Abandoned, Canceled, Busy (its tasks running),
 // Waiting (held back by its turn, its limit or a key, or by a pause) and
 // PeakWaiting, with MaxWorkers its limit and State its stage (or the
 // pool's, while it is running). The fields about workers are zero: a
@@ -218,6 +219,7 @@ func (s *Subpool) Status() Status {
 	submitted := st.submitted.Load()
 	started := st.started.Load()
 	abandoned := st.abandoned.Load()
+	canceled := st.canceled.Load()
 	ended := st.ended.Load()
 	state := State(st.state.Load())
 	if state == Running {
@@ -225,7 +227,7 @@ func (s *Subpool) Status() Status {
 	}
 	// A task on its way to a worker, not yet counted started, is counted
 	// here but not against the bound: at most the bound wait.
-	waiting := max(int(submitted)-int(started)-int(abandoned), 0)
+	waiting := max(int(submitted)-int(started)-int(abandoned)-int(canceled), 0)
 	if bound := s.p.cfg.maxWaiting; bound > 0 {
 		waiting = min(waiting, bound)
 	}
@@ -240,5 +242,6 @@ func (s *Subpool) Status() Status {
 		Panicked:    panicked,
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
+		Canceled:    canceled,
 	}
 }

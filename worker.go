@@ -60,7 +60,8 @@ type waitTask struct {
 	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once, in finish
 }
 
-func (w *waitTask) do() { w.fn() }
+func (w *waitTask) claim() bool { return true } // its submitter never gives up
+func (w *waitTask) do(*locals)  { w.fn() }
 
 // finish records the outcome and releases the waiting caller. Done makes
 // everything the task wrote happen before SubmitWait returns.
@@ -86,9 +87,15 @@ type worker struct {
 	// same even phase before and after reading since has the stamp of the
 	// idle period that phase belongs to, or 0 (not idle).
 	since atomic.Uint64
+	// skipped counts the tasks the worker received but did not run, because
+	// their submitters gave up on them first (see waiter.claim).
+	skipped atomic.Uint64
+	// locals holds the worker's states (see Local); only its goroutine
+	// touches them.
+	locals locals
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
-	_ [cacheLine - 16]byte
+	_ [cacheLine - 48]byte
 }
 
 // cacheLine is the size of a cache line on the machines Go mostly runs on.
@@ -123,9 +130,7 @@ func (p *Pool) startWorker(w *worker, h handOff) {
 
 // runWorker is the body of a worker goroutine: it runs h, then each task
 // it receives on Pool.work, until it receives a quit, Pool.work is closed,
-// or it retires because the pool has more workers than its maximum. The
-// dispatcher counts a first task busy in w.phase; the loop counts the
-// others.
+// or it retires because the pool has more workers than its maximum.
 func (p *Pool) runWorker(w *worker, h handOff) {
 	defer p.wg.Done()
 	returned := false
@@ -137,39 +142,64 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 			p.startWorker(w, handOff{})
 		}
 	}()
+	counted := h.kind == runTask // the dispatcher claimed a first task and counted it busy
 	for {
-		if h.kind == runTask {
+		switch {
+		case h.kind != runTask:
+			p.stampIdle(w)
+		case !counted && h.w != nil && !h.w.claim():
+			p.skip(w, &h) // its submitter gave up on it
+		default:
+			if !counted {
+				w.phase.Store(w.phase.Load() | 1) // busy
+				if h.sub != nil {
+					h.sub.stats.started.Add(1)
+				}
+			}
 			p.run(&h, w)
 			if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
-				w.since.Store(retiredMark)
-				p.signal() // one worker fewer
-				break
+				p.exit(w, retiredMark)
+				returned = true
+				return
 			}
-		} else {
-			p.stampIdle(w)
 		}
+		counted = false
 		var open bool
 		h, open = <-p.work
 		if !open {
 			p.stats.countOut() // the dispatcher is winding down and counts no more
-			w.since.Store(quitMark)
-			p.signal()
+			p.exit(w, quitMark)
 			break
 		}
 		if h.kind == quit {
-			w.since.Store(quitMark)
+			p.exit(w, quitMark)
 			break
 		}
 		if wants := p.wants.Load(); wants != 0 && p.heed(wants, h) {
 			h = handOff{} // dropped: Stop cut it, or a Shutdown deadline passed
-			continue
-		}
-		w.phase.Store(w.phase.Load() | 1) // busy
-		if h.sub != nil {
-			h.sub.stats.started.Add(1)
 		}
 	}
 	returned = true
+}
+
+// exit ends worker w for good: it closes the worker's states, marks its
+// record (quitMark or retiredMark) and tells the dispatcher, which may be
+// waiting for workers to leave.
+func (p *Pool) exit(w *worker, mark uint64) {
+	p.closeLocals(w)
+	w.since.Store(mark)
+	p.signal()
+}
+
+// skip accounts for h, a task its submitter gave up on before worker w
+// could start it: the worker counts it skipped, not run, and the scheduler
+// learns it is no longer running.
+func (p *Pool) skip(w *worker, h *handOff) {
+	w.skipped.Store(w.skipped.Load() + 1)
+	if h.mustReport() {
+		p.reports.add(report{kind: endedReport, handOff: *h})
+		p.signal()
+	}
 }
 
 // stampIdle stamps w idle from now, for reaping: with the reaping clock's
@@ -229,10 +259,6 @@ func (p *Pool) signal() {
 // runtime.Goexit cannot leave it counted as running. The deferred call runs
 // on return, on a panic and on runtime.Goexit alike.
 func (p *Pool) run(h *handOff, w *worker) {
-	fn := h.fn
-	if h.w != nil {
-		fn = h.w.do
-	}
 	defer func() {
 		var pe *PanicError
 		if v := recover(); v != nil {
@@ -246,7 +272,15 @@ func (p *Pool) run(h *handOff, w *worker) {
 			p.handlePanic(pe, w)
 		}
 	}()
-	fn()
+	if h.w == nil {
+		h.fn()
+		return
+	}
+	var l *locals // a task run in its submitter has no worker, and no states
+	if w != nil {
+		l = &w.locals
+	}
+	h.w.do(l)
 }
 
 // asError returns pe as an error: nil if pe is nil.

@@ -1,0 +1,139 @@
+package workerpool
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// A Local is state that each worker keeps for itself: a connection, a
+// parser, a scratch buffer. A worker makes its own with open the first time
+// it runs a task that asks for it ([Local.Submit] or [CallWith]), hands it
+// to each such task it runs, one task at a time, and closes it with close
+// when it exits, whatever the reason: reaped when idle, made surplus by
+// [Pool.Resize], or ended by Stop, StopWait or Shutdown. So the states
+// follow the workers: a pool that shrinks to two workers overnight holds two.
+// The workers that [WithMinWorkers] keeps keep theirs; a task that panics
+// or calls [runtime.Goexit] leaves its worker's state to the next task.
+//
+// This is tunny's Worker, per worker and not per pool: see the README's
+// migration notes. A Local may serve any number of pools and sub-pools;
+// each of their workers has its own state. Its methods are safe for
+// concurrent use. A pool that has no task asking for a Local pays nothing
+// for it.
+type Local[S any] struct {
+	id    uint64
+	open  func() (S, error)
+	close func(S)
+}
+
+// localIDs numbers the Locals, so that a worker can tell its states apart.
+var localIDs atomic.Uint64
+
+// NewLocal returns a Local whose state each worker makes with open and
+// closes with close, which may be nil. Both run on the worker's goroutine:
+// open before the first task that needs the state, close as the worker
+// exits. A panic in open is the task's panic; a panic in close goes to the
+// panic handler. NewLocal panics if open is nil.
+func NewLocal[S any](open func() (S, error), close func(S)) *Local[S] {
+	if open == nil {
+		panic("workerpool: NewLocal with a nil open")
+	}
+	return &Local[S]{id: localIDs.Add(1), open: open, close: close}
+}
+
+// get returns the state that the worker with states l holds, made if it has
+// none. (A task that asks for a state never runs in its submitter, so it
+// always has a worker.)
+func (x *Local[S]) get(l *locals) (S, error) {
+	for _, v := range l.values {
+		if v.id == x.id {
+			return v.value.(S), nil
+		}
+	}
+	s, err := x.open()
+	if err != nil {
+		return s, err
+	}
+	close := func(any) {}
+	if x.close != nil {
+		close = func(v any) { x.close(v.(S)) }
+	}
+	l.values = append(l.values, localValue{id: x.id, value: s, close: close})
+	return s, nil
+}
+
+// Submit is [Pool.Submit] for a task that needs the worker's state: task
+// runs on one of s's workers, with that worker's state. If the worker has
+// none and open fails, task does not run, and the panic handler (see
+// [WithPanicHandler]) gets a [*PanicError] whose Value is open's error;
+// the task counts as completed, not as panicked. The task never runs in
+// its submitter: under [CallerRuns], Submit waits for room in a full queue,
+// as under [Block]. Submit allocates one object.
+func (x *Local[S]) Submit(s Submitter, task func(S)) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	p, _ := s.target()
+	return submitWaiter(s, nil, &localTask[S]{p: p, x: x, fn: task}, Block)
+}
+
+// A localTask is the waiter of one task given to Local.Submit.
+type localTask[S any] struct {
+	p  *Pool
+	x  *Local[S]
+	fn func(S)
+}
+
+func (t *localTask[S]) claim() bool { return true } // its submitter never gives up
+
+func (t *localTask[S]) do(l *locals) {
+	s, err := t.x.get(l)
+	if err != nil {
+		t.p.cfg.panicHandler(&PanicError{Value: err})
+		return
+	}
+	t.fn(s)
+}
+
+func (t *localTask[S]) finish(err error) {
+	if pe, ok := err.(*PanicError); ok {
+		t.p.cfg.panicHandler(pe)
+	}
+}
+
+// CallWith is [Call] for a function that needs the worker's state: fn runs
+// on one of s's workers with that worker's state, and everything Call
+// promises holds. If the worker has none and open fails, fn does not run
+// and CallWith returns open's error.
+func CallWith[S, T any](ctx context.Context, s Submitter, x *Local[S], fn func(context.Context, S) (T, error)) (T, error) {
+	if fn == nil {
+		var zero T
+		return zero, ErrNilTask
+	}
+	c := &callTask[T]{ctx: ctx}
+	c.with = func(l *locals) (T, error) {
+		st, err := x.get(l)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return fn(ctx, st)
+	}
+	return call(ctx, s, c)
+}
+
+// closeLocals closes worker w's states, each recovering from a panic of
+// close, which goes to the panic handler.
+func (p *Pool) closeLocals(w *worker) {
+	for _, v := range w.locals.values {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					p.cfg.panicHandler(&PanicError{Value: r})
+				}
+			}()
+			v.close(v.value)
+		}()
+	}
+	w.locals.values = nil
+}
