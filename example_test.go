@@ -1,7 +1,6 @@
 package workerpool_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,84 +133,4 @@ func ExamplePool_Status() {
 	// max workers: 4 workers: 0
 	// submitted: 11 completed: 11 panicked: 1
 	// waiting: 0 abandoned: 0
-}
-
-// Example_workerState keeps a piece of state per worker, as tunny's
-// New(n, ctor) does with its Worker values: here, an encoder with a buffer
-// that is costly to make. The tasks borrow the states from a channel that
-// holds one per worker; at most n tasks run at once, so a task never waits
-// for one. After StopWait, the states are released, as tunny's Terminate
-// would.
-func Example_workerState() {
-	const n = 4
-	type encoder struct {
-		buf  bytes.Buffer
-		jobs int
-	}
-	states := make(chan *encoder, n)
-	for range n {
-		states <- new(encoder)
-	}
-
-	p := workerpool.New(n)
-	for i := range 100 {
-		p.Submit(func() {
-			e := <-states // never waits: at most n tasks run at once
-			defer func() { states <- e }()
-			e.buf.Reset()
-			fmt.Fprintf(&e.buf, "job %d", i)
-			e.jobs++
-		})
-	}
-	p.StopWait()
-
-	close(states)
-	jobs := 0
-	for e := range states {
-		jobs += e.jobs
-	}
-	fmt.Println("states:", n, "jobs:", jobs)
-	// Output: states: 4 jobs: 100
-}
-
-// ExampleGo_processCtx does what tunny's ProcessCtx and ProcessTimed do:
-// it returns a job's result, or ctx's error as soon as ctx is done. A job
-// still waiting for a worker then never starts; a running one sees its ctx
-// done, as tunny's Interrupt would tell it, and its result is dropped.
-func ExampleGo_processCtx() {
-	p := workerpool.New(1)
-	defer p.StopWait()
-
-	processCtx := func(ctx context.Context, job func(context.Context) (string, error)) (string, error) {
-		f := workerpool.Go(p, func() (string, error) {
-			if err := ctx.Err(); err != nil {
-				return "", err // given up on while waiting: do not start
-			}
-			return job(ctx)
-		})
-		select {
-		case <-f.Done():
-			return f.Wait()
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	_, err := processCtx(ctx, func(ctx context.Context) (string, error) {
-		select {
-		case <-time.After(time.Hour):
-			return "slow", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	})
-	fmt.Println(err)
-
-	out, err := processCtx(context.Background(), func(context.Context) (string, error) { return "quick", nil })
-	fmt.Println(out, err)
-	// Output:
-	// context deadline exceeded
-	// quick <nil>
 }

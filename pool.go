@@ -11,10 +11,12 @@
 //	p.StopWait() // run everything submitted, then release the workers
 //
 // [Pool.SubmitWait] waits for its task; [Go] returns a [Future] for a
-// task's result; a [Group] collects the first error of related tasks, as
-// errgroup does; [Map] runs a func on every item of a slice. A [Subpool]
-// gives one kind of work its own limit on the pool's workers, and
-// [Pool.SubmitKey] keeps the tasks of one key in order, one at a time.
+// task's result; [Call] returns a result unless a context cuts it short; a
+// [Group] collects the first error of related tasks, as errgroup does;
+// [Map] runs a func on every item of a slice. A [Subpool] gives one kind of
+// work its own limit on the pool's workers, [Pool.SubmitKey] keeps the
+// tasks of one key in order, one at a time, and a [Local] gives each
+// worker a state of its own.
 //
 // # Design
 //
