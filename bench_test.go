@@ -85,6 +85,17 @@ func BenchmarkSubmit(b *testing.B) {
 	})
 }
 
+// BenchmarkTaskTimings measures what WithTaskTimings costs a task: Submit
+// of a tiny task on 4 workers, with and without it.
+func BenchmarkTaskTimings(b *testing.B) {
+	b.Run("off/workers=4", func(b *testing.B) {
+		benchSubmit(b, workerpool.New(4), false, nil)
+	})
+	b.Run("on/workers=4", func(b *testing.B) {
+		benchSubmit(b, workerpool.New(4, workerpool.WithTaskTimings()), false, nil)
+	})
+}
+
 // BenchmarkSubmitParallel measures Submit from GOMAXPROCS goroutines at
 // once, all contending for the one dispatcher.
 func BenchmarkSubmitParallel(b *testing.B) {

@@ -205,7 +205,7 @@ func (d *dispatcher) accept(m message) {
 	if m.kind == taskMessage && m.sub == nil && d.sched.waiting == 0 && !d.paused && !d.cut {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits goes straight to a worker.
-		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq()}
+		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
 		if m.task.w != nil {
 			noteSpot(e)
 		}
@@ -223,7 +223,7 @@ func (d *dispatcher) accept(m message) {
 		l = d.see(m.sub)
 		m.sub.stats.submitted.Add(1)
 	}
-	e := d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage)
+	e := d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage, d.acceptedNow())
 	if m.task.w != nil {
 		noteSpot(e)
 	}
@@ -240,6 +240,15 @@ func (d *dispatcher) accept(m message) {
 	}
 	d.wait(e, m.sub)
 	d.letWorkersRun()
+}
+
+// acceptedNow returns the time of a task accepted now, for its timing, or
+// 0 if the pool does not time its tasks.
+func (d *dispatcher) acceptedNow() int64 {
+	if !d.cfg().timings {
+		return 0
+	}
+	return d.p.now()
 }
 
 // wait puts e, which may not start now, into the scheduler. If the

@@ -45,7 +45,10 @@ type keyLine struct {
 	key   string
 	lane  *lane
 	tasks deque.Deque[queued] // waiting, in acceptance order
-	busy  bool                // a task of the key is running
+	// accepted holds when the pool accepted each waiting task, beside
+	// tasks, if the pool times its tasks (see entry.accepted).
+	accepted deque.Deque[int64]
+	busy     bool // a task of the key is running
 	// at is the line's index in its lane's ready heap, or -1.
 	at int
 }
@@ -78,10 +81,14 @@ func (l *lane) first() entry {
 		line := l.ready[0]
 		q := line.tasks.Front()
 		if !unkeyed || q.seq < seq {
-			return entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
+			e := entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
+			if line.accepted.Len() > 0 {
+				e.accepted = line.accepted.Front()
+			}
+			return e
 		}
 	}
-	return entry{task: l.fifo.front(), lane: l, seq: seq}
+	return entry{task: l.fifo.front(), lane: l, seq: seq, accepted: l.fifo.firstAccepted()}
 }
 
 // remove takes e, which first returned, out of the lane.
@@ -92,6 +99,9 @@ func (l *lane) remove(e entry) {
 		return
 	}
 	e.line.tasks.PopFront()
+	if e.accepted != 0 {
+		e.line.accepted.PopFront()
+	}
 	heap.Remove(&l.ready, e.line.at)
 }
 
@@ -101,10 +111,13 @@ func (l *lane) push(e entry) {
 	l.waiting++
 	line := e.line
 	if line == nil {
-		l.fifo.pushBack(e.task, e.seq)
+		l.fifo.pushBack(e.task, e.seq, e.accepted)
 		return
 	}
 	line.tasks.PushBack(queued{e.fn, e.seq})
+	if e.accepted != 0 {
+		line.accepted.PushBack(e.accepted)
+	}
 	switch {
 	case line.busy:
 		l.held++
@@ -120,12 +133,15 @@ func (l *lane) pushFront(e entry) {
 	l.waiting++
 	line := e.line
 	if line == nil {
-		l.fifo.pushFront(e.task, e.seq)
+		l.fifo.pushFront(e.task, e.seq, e.accepted)
 		return
 	}
 	line.busy = false
 	l.held -= line.tasks.Len()
 	line.tasks.PushFront(queued{e.fn, e.seq})
+	if e.accepted != 0 {
+		line.accepted.PushFront(e.accepted)
+	}
 	if line.at >= 0 {
 		heap.Fix(&l.ready, line.at)
 	} else {
@@ -182,7 +198,7 @@ const smallKeyMap = 64
 func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 	delete(l.keys, line.key)
 	if len(*free) < maxFreeLines {
-		*line = keyLine{tasks: line.tasks, at: -1} // empty, its buffer kept
+		*line = keyLine{tasks: line.tasks, accepted: line.accepted, at: -1} // empty, its buffers kept
 		*free = append(*free, line)
 	}
 	if n := len(l.keys); n < l.mostKeys/4 && l.mostKeys > smallKeyMap {
@@ -199,13 +215,17 @@ func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 // their task ends; the others go.
 func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
 	for l.fifo.len() > 0 {
-		t, seq := l.fifo.front(), l.fifo.firstSeq()
+		e := entry{task: l.fifo.front(), lane: l, seq: l.fifo.firstSeq(), accepted: l.fifo.firstAccepted()}
 		l.fifo.popFront()
-		tasks = append(tasks, entry{task: t, lane: l, seq: seq})
+		tasks = append(tasks, e)
 	}
 	for _, line := range l.keys {
 		for q := range line.tasks.IterPopFront() {
-			tasks = append(tasks, entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq})
+			e := entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
+			if line.accepted.Len() > 0 {
+				e.accepted = line.accepted.PopFront()
+			}
+			tasks = append(tasks, e)
 		}
 		line.at = -1
 		if !line.busy {
@@ -253,6 +273,9 @@ type fifo struct {
 	fns     deque.Deque[func()] // nil: the next of waiters
 	waiters deque.Deque[waiter]
 	runs    deque.Deque[seqRun]
+	// accepted holds when the pool accepted each task, if it times its
+	// tasks (see entry.accepted): empty otherwise.
+	accepted deque.Deque[int64]
 }
 
 // A seqRun is n consecutive seqs from first: those of n tasks in a row.
@@ -284,6 +307,15 @@ func (f *fifo) front() task {
 	return task{w: f.waiters.Front()}
 }
 
+// firstAccepted returns when the pool accepted the first task, or 0 if it
+// does not time its tasks.
+func (f *fifo) firstAccepted() int64 {
+	if f.accepted.Len() == 0 {
+		return 0
+	}
+	return f.accepted.Front()
+}
+
 // firstSeq returns the first task's seq; the fifo must not be empty.
 func (f *fifo) firstSeq() uint64 { return f.runs.Front().first }
 
@@ -299,6 +331,9 @@ func (f *fifo) popFront() {
 	if f.fns.PopFront() == nil {
 		f.waiters.PopFront()
 	}
+	if f.accepted.Len() > 0 {
+		f.accepted.PopFront()
+	}
 	r := f.runs.Front()
 	if r.n == 1 {
 		f.runs.PopFront()
@@ -307,10 +342,13 @@ func (f *fifo) popFront() {
 	}
 }
 
-func (f *fifo) pushBack(t task, seq uint64) {
+func (f *fifo) pushBack(t task, seq uint64, accepted int64) {
 	f.fns.PushBack(t.fn) // nil for a waiter
 	if t.w != nil {
 		f.waiters.PushBack(t.w)
+	}
+	if accepted != 0 {
+		f.accepted.PushBack(accepted)
 	}
 	if n := f.runs.Len(); n > 0 {
 		if r := f.runs.Back(); r.first+r.n == seq {
@@ -321,10 +359,13 @@ func (f *fifo) pushBack(t task, seq uint64) {
 	f.runs.PushBack(seqRun{seq, 1})
 }
 
-func (f *fifo) pushFront(t task, seq uint64) {
+func (f *fifo) pushFront(t task, seq uint64, accepted int64) {
 	f.fns.PushFront(t.fn)
 	if t.w != nil {
 		f.waiters.PushFront(t.w)
+	}
+	if accepted != 0 {
+		f.accepted.PushFront(accepted)
 	}
 	if f.runs.Len() > 0 {
 		if r := f.runs.Front(); r.first == seq+1 {

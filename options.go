@@ -84,6 +84,32 @@ func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.panicHandler = h }
 }
 
+// WithTaskTimings makes the pool measure how long each task waits (from
+// when the pool accepts it to when a worker starts it) and runs, and sum
+// them up in [Status] (Wait and Run), for the pool and for each sub-pool.
+// It costs three clock reads per task, one on the dispatcher as it accepts
+// the task and two on the worker, and a few atomic additions shared by all
+// workers: see the README's figures. Without it the pool reads no clock for its tasks.
+func WithTaskTimings() Option {
+	return func(c *config) { c.timings = true }
+}
+
+// WithTaskObserver sets f to be called with every task's timing, and turns
+// timings on, as [WithTaskTimings] does. f is called on the goroutine that
+// ran the task (a worker, or a [CallerRuns] submitter) as soon as the task
+// ended, panicked or called runtime.Goexit, and before its waiter learns
+// of it: a SubmitWait or Call returns after f did. Calls for tasks that end
+// at the same time run concurrently. f must be quick and must not block:
+// its worker runs no task until f returns. It must not call the pool's
+// methods that wait (StopWait, SubmitWait, ...), which can deadlock. A nil
+// f sets no observer.
+func WithTaskObserver(f func(TaskTiming)) Option {
+	return func(c *config) {
+		c.observer = f
+		c.timings = c.timings || f != nil
+	}
+}
+
 // config is the pool's configuration after options were applied.
 type config struct {
 	minWorkers   int
@@ -91,6 +117,8 @@ type config struct {
 	idleTimeout  time.Duration
 	overflow     Overflow
 	panicHandler func(*PanicError)
+	timings      bool             // WithTaskTimings
+	observer     func(TaskTiming) // WithTaskObserver
 }
 
 // newConfig applies opts and panics, as New documents, on a configuration

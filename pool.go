@@ -87,6 +87,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Errors returned by the pool. Each says why a task was not accepted.
@@ -169,6 +170,11 @@ type Pool struct {
 	dropped   bool
 	claimed   atomic.Bool
 
+	// epoch is when the pool was made: its tasks' timings count from it
+	// (see Pool.now); timings sums them up, with WithTaskTimings.
+	epoch   time.Time
+	timings taskTimings
+
 	// subpools lists the pool's sub-pools, in the order they were made.
 	subpools struct {
 		mu   sync.Mutex
@@ -208,6 +214,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	}
 	p := &Pool{
 		cfg:      cfg,
+		epoch:    time.Now(),
 		tasks:    make(chan message),
 		reject:   make(chan struct{}),
 		control:  make(chan *request),

@@ -29,6 +29,9 @@ type entry struct {
 	lane *lane
 	line *keyLine
 	seq  uint64
+	// accepted is when the pool accepted the task, in nanoseconds since it
+	// was made, plus one, if it times its tasks (WithTaskTimings); else 0.
+	accepted int64
 }
 
 // A scheduler holds every waiting task, in lanes, and counts the running
@@ -62,13 +65,14 @@ func newScheduler(max int) *scheduler {
 }
 
 // admit numbers t, a task accepted for lane l (nil: the pool's own), with
-// key if keyed, and returns its entry. The entry is not yet anywhere: start
+// key if keyed, at time accepted (see entry.accepted), and returns its
+// entry. The entry is not yet anywhere: start
 // it or wait it.
-func (s *scheduler) admit(t task, l *lane, key string, keyed bool) entry {
+func (s *scheduler) admit(t task, l *lane, key string, keyed bool, accepted int64) entry {
 	if l == nil {
 		l = &s.own
 	}
-	e := entry{task: t, lane: l, seq: s.nextSeq()}
+	e := entry{task: t, lane: l, seq: s.nextSeq(), accepted: accepted}
 	if keyed {
 		e.line = l.line(key, &s.free)
 	}

@@ -30,7 +30,7 @@ func newSchedRig(t *testing.T, max int, limits ...int) *schedRig {
 // submit admits a task named name to lane i, keyed if key is not "", and
 // queues it: the tests hand tasks out with next.
 func (r *schedRig) submit(i int, key, name string) entry {
-	e := r.s.admit(task{fn: func() {}}, r.lanes[i], key, key != "")
+	e := r.s.admit(task{fn: func() {}}, r.lanes[i], key, key != "", 0)
 	r.names[e.seq] = name
 	r.s.wait(e)
 	return e
@@ -218,6 +218,20 @@ type schedModel struct {
 	sinceTake int
 	limits    []int
 	max       int
+	timed     bool // entries carry a time: the scheduler keeps it with them
+}
+
+// acceptedAt is the time a timed model gives the task numbered seq.
+func (m *schedModel) acceptedAt(seq uint64) int64 {
+	if !m.timed {
+		return 0
+	}
+	return int64(seq)*10 + 1
+}
+
+// checkAccepted checks that e kept the time it was admitted with.
+func (m *schedModel) checkAccepted(e entry, what string) {
+	require.Equal(m.t, m.acceptedAt(e.seq), e.accepted, "%s: task %d's time", what, e.seq)
 }
 
 type modelTask struct {
@@ -232,6 +246,7 @@ func newSchedModel(t *testing.T, data []byte) *schedModel {
 		max = 1 + int(data[0]%4)
 	}
 	m := &schedModel{t: t, s: newScheduler(max), max: max, limits: []int{0, 1, 2}}
+	m.timed = len(data) > 0 && data[0]&0x10 != 0
 	m.lanes = []*lane{&m.s.own, {limit: 1}, {limit: 2}}
 	return m
 }
@@ -244,7 +259,7 @@ func (m *schedModel) step(b byte) {
 		if k := arg / 3 % 3; k > 0 {
 			key = fmt.Sprint("k", k+op)
 		}
-		e := m.s.admit(task{fn: func() {}}, m.lanes[l], key, key != "")
+		e := m.s.admit(task{fn: func() {}}, m.lanes[l], key, key != "", m.acceptedAt(m.s.seq+1))
 		mt := modelTask{e: e, lane: l, key: key}
 		if op == opSchedStartNow {
 			want := len(m.wait) == 0 && m.underLimit(l) && !m.keyOut(l, key)
@@ -352,7 +367,9 @@ func (m *schedModel) take() bool {
 		return false
 	}
 	require.Equal(m.t, m.wait[want].e.seq, e.seq, "peek: the next task")
+	m.checkAccepted(e, "peek")
 	taken := m.s.take()
+	m.checkAccepted(taken, "take")
 	require.Equal(m.t, e.seq, taken.seq, "take hands out what peek returned")
 	mt := m.wait[want]
 	m.wait = slices.Delete(m.wait, want, want+1)
@@ -400,6 +417,9 @@ func (m *schedModel) keyOut(l int, key string) bool {
 }
 
 func (m *schedModel) checkSame(want, got []entry, what string) {
+	for _, e := range got {
+		m.checkAccepted(e, what)
+	}
 	var w, g []uint64
 	for _, e := range want {
 		w = append(w, e.seq)

@@ -82,6 +82,11 @@ type Status struct {
 	// the tasks of a [Group] or a [Map] whose context was done. They left
 	// the queue at once.
 	Canceled uint64
+	// Wait and Run sum up how long tasks waited, from when the pool
+	// accepted them to when they started, and how long they ran, if the
+	// pool was made with [WithTaskTimings]; else they are zero. A task is
+	// counted in both once it has ended.
+	Wait, Run Timing
 }
 
 // Status returns a snapshot of the pool's state and counters. It reads
@@ -113,6 +118,8 @@ func (p *Pool) Status() Status {
 		Rejected:    s.rejected.Load(),
 		Abandoned:   s.abandoned.Load(),
 		Canceled:    s.canceled.Load(),
+		Wait:        p.timings.wait.snapshot(),
+		Run:         p.timings.run.snapshot(),
 	}
 }
 

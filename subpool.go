@@ -3,6 +3,7 @@ package workerpool
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -31,7 +32,8 @@ type Subpool struct {
 	name string
 	lane *lane // its queue in the scheduler; owned by the dispatcher
 
-	stats subStats
+	stats   subStats
+	timings taskTimings // with WithTaskTimings
 
 	// Submitters hold gate for reading while they submit. Stop and
 	// StopWait close stopping, which releases the submitters waiting for
@@ -100,6 +102,14 @@ func (s *Subpool) notePeak(buffered int) {
 }
 
 func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
+
+// Subpools returns the pool's sub-pools, in the order they were made,
+// stopped ones included: a metrics exporter lists them at each scrape.
+func (p *Pool) Subpools() []*Subpool {
+	p.subpools.mu.Lock()
+	defer p.subpools.mu.Unlock()
+	return slices.Clone(p.subpools.list)
+}
 
 // Name returns the name given to [Pool.Subpool].
 func (s *Subpool) Name() string { return s.name }
@@ -243,5 +253,7 @@ func (s *Subpool) Status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
 		Canceled:    canceled,
+		Wait:        s.timings.wait.snapshot(),
+		Run:         s.timings.run.snapshot(),
 	}
 }

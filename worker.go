@@ -259,12 +259,19 @@ func (p *Pool) signal() {
 // runtime.Goexit cannot leave it counted as running. The deferred call runs
 // on return, on a panic and on runtime.Goexit alike.
 func (p *Pool) run(h *handOff, w *worker) {
+	var start int64
+	if p.cfg.timings {
+		start = p.now()
+	}
 	defer func() {
 		var pe *PanicError
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 		p.taskDone(h, w, pe != nil)
+		if start != 0 {
+			p.timeTask(h, start, pe != nil)
+		}
 		switch {
 		case h.w != nil:
 			h.w.finish(pe.asError())

@@ -1,0 +1,113 @@
+package workerpool
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Task timings. With [WithTaskTimings], the pool measures how long each
+// task waited (from when the pool accepted it to when a worker started it)
+// and how long it ran, and sums them up in [Status], for the pool and for
+// each sub-pool, and hands them to the observer of [WithTaskObserver].
+// Without it, the pool reads no clock for its tasks, and none of this
+// costs anything.
+
+// TimingBounds are the upper bounds of the duration buckets in a [Timing]:
+// from a microsecond to five minutes, about three to a decade.
+var TimingBounds = [...]time.Duration{
+	time.Microsecond, 2500 * time.Nanosecond, 5 * time.Microsecond,
+	10 * time.Microsecond, 25 * time.Microsecond, 50 * time.Microsecond,
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute,
+	2 * time.Minute, 5 * time.Minute,
+}
+
+// A Timing sums up how long tasks waited, or ran: their number, the total
+// and the longest, and how many fell in each bucket. Total/Count is the
+// mean; a rate of Total over a rate of Count, the mean over a window.
+type Timing struct {
+	Count uint64
+	Total time.Duration
+	Max   time.Duration
+	// Buckets[i] counts the durations above TimingBounds[i-1] (or 0) and at
+	// most TimingBounds[i]; the last counts those above every bound.
+	Buckets [len(TimingBounds) + 1]uint64
+}
+
+// A TaskTiming is how long one task waited and ran, for the observer of
+// [WithTaskObserver].
+type TaskTiming struct {
+	Subpool  *Subpool      // the task's sub-pool, or nil for the pool's own
+	Wait     time.Duration // from when the pool accepted it to when it started
+	Run      time.Duration // from when it started to when it ended
+	Panicked bool          // it panicked (it counts as run all the same)
+}
+
+// timingStats is a Timing as workers add to it: with atomics, read one by
+// one by Status.
+type timingStats struct {
+	count, total, max atomic.Int64
+	buckets           [len(TimingBounds) + 1]atomic.Uint64
+}
+
+// add counts one duration.
+func (s *timingStats) add(d time.Duration) {
+	i := 0
+	for i < len(TimingBounds) && d > TimingBounds[i] {
+		i++
+	}
+	s.buckets[i].Add(1)
+	s.total.Add(int64(d))
+	raise(&s.max, int64(d))
+	s.count.Add(1) // last: a Status that sees it sees the rest
+}
+
+// snapshot returns the Timing. It reads the count first, so that the
+// buckets and the total hold at least as many durations as it says.
+func (s *timingStats) snapshot() Timing {
+	t := Timing{Count: uint64(s.count.Load())}
+	t.Total = time.Duration(s.total.Load())
+	t.Max = time.Duration(s.max.Load())
+	for i := range s.buckets {
+		t.Buckets[i] = s.buckets[i].Load()
+	}
+	return t
+}
+
+// taskTimings is what a pool or a sub-pool sums up of its tasks' timings.
+type taskTimings struct {
+	wait, run timingStats
+}
+
+// now returns the pool's clock: the time since it was made, plus one, so
+// that 0 means "not timed" (see entry.accepted).
+func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) + 1 }
+
+// timeTask records the timing of the task of h, accepted at h.accepted
+// (0: it never waited, having run in its submitter), started at start and
+// ended now, and hands it to the observer.
+func (p *Pool) timeTask(h *handOff, start int64, panicked bool) {
+	accepted := h.accepted
+	if accepted == 0 {
+		accepted = start
+	}
+	tt := TaskTiming{
+		Subpool:  h.sub,
+		Wait:     time.Duration(start - accepted),
+		Run:      time.Duration(p.now() - start),
+		Panicked: panicked,
+	}
+	p.timings.wait.add(tt.Wait)
+	p.timings.run.add(tt.Run)
+	if h.sub != nil {
+		h.sub.timings.wait.add(tt.Wait)
+		h.sub.timings.run.add(tt.Run)
+	}
+	if p.cfg.observer != nil {
+		p.cfg.observer(tt)
+	}
+}
