@@ -10,7 +10,8 @@ package workerpool
 // takes them back first. A pause, a resize, a sub-pool's stop, and a task
 // of another lane that must wait for its turn, put them back in their
 // lanes. Stop and a passed Shutdown deadline drop them, and so do the
-// workers that take one concurrently, past the cut (see cutoff).
+// workers that take one concurrently, past the cut: sent after the first
+// task Stop took back.
 //
 // While more than one lane has waiting tasks, the buffer holds at most one,
 // so that lanes take their turns when workers come free, not when the
@@ -142,7 +143,7 @@ func (d *dispatcher) requeue() {
 
 // cutBuffer takes the hand-off buffer back for good, for Stop or a passed
 // Shutdown deadline, and returns its tasks. Workers drop the tasks they
-// take concurrently, past the cut (see cutoff). The first cut is the one
+// take concurrently, sent after the first task it took back. The first cut is the one
 // that counts: nothing is sent on Pool.work after it.
 func (d *dispatcher) cutBuffer() []handOff {
 	if d.p.cut.Load() != nil {

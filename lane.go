@@ -46,7 +46,7 @@ type keyLine struct {
 	lane  *lane
 	tasks deque.Deque[queued] // waiting, in acceptance order
 	// accepted holds when the pool accepted each waiting task, beside
-	// tasks, if the pool times its tasks (see entry.accepted).
+	// tasks, in nanoseconds since the pool was made, if it times its tasks.
 	accepted deque.Deque[int64]
 	busy     bool // a task of the key is running
 	// at is the line's index in its lane's ready heap, or -1.
@@ -54,7 +54,7 @@ type keyLine struct {
 }
 
 // A queued task is one waiting in a key's line, with its seq: 16 bytes. A
-// keyed task is always a func (see Pool.SubmitKey).
+// keyed task is always a func: SubmitKey takes nothing else.
 type queued struct {
 	fn  func()
 	seq uint64
@@ -274,7 +274,7 @@ type fifo struct {
 	waiters deque.Deque[waiter]
 	runs    deque.Deque[seqRun]
 	// accepted holds when the pool accepted each task, if it times its
-	// tasks (see entry.accepted): empty otherwise.
+	// tasks, in nanoseconds since it was made: empty otherwise.
 	accepted deque.Deque[int64]
 }
 

@@ -125,7 +125,7 @@ type Pool struct {
 	control chan *request
 	// work carries tasks from the dispatcher to the workers, and quits to
 	// idle workers. A send on it goes to the worker parked longest, if one
-	// is; else into its buffer, the hand-off buffer (see handoff.go).
+	// is; else into its buffer, the hand-off buffer.
 	// Closing it tells the workers to exit once the pool has stopped.
 	work chan handOff
 	// wants says what the dispatcher wants of the workers (the want* bits);
@@ -171,7 +171,7 @@ type Pool struct {
 	claimed   atomic.Bool
 
 	// epoch is when the pool was made: its tasks' timings count from it
-	// (see Pool.now); timings sums them up, with WithTaskTimings.
+	// in nanoseconds; timings sums them up, with WithTaskTimings.
 	epoch   time.Time
 	timings taskTimings
 

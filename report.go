@@ -9,7 +9,8 @@ import "sync"
 // one (wantEnds), wakes it; the dispatcher takes them all at once.
 
 // A report is what a worker tells the dispatcher about a task: that it
-// ended, or that the worker dropped it (see Pool.cutOff).
+// ended, or that the worker dropped it because Stop or a Shutdown
+// deadline cut it off.
 type report struct {
 	kind reportKind
 	handOff

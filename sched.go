@@ -54,7 +54,7 @@ type scheduler struct {
 	// or changed.
 	next *lane
 	// gone holds the seqs of unkeyed tasks taken back by their submitters
-	// (see cancel) that are still in their lane's fifo, behind its first
+	// that are still in their lane's fifo, behind its first
 	// task: they are dropped as they reach its front.
 	gone map[uint64]struct{}
 	free []*keyLine // unused key lines, to reuse
@@ -65,7 +65,7 @@ func newScheduler(max int) *scheduler {
 }
 
 // admit numbers t, a task accepted for lane l (nil: the pool's own), with
-// key if keyed, at time accepted (see entry.accepted), and returns its
+// key if keyed, accepted at the time accepted (0: not timed), and returns its
 // entry. The entry is not yet anywhere: start
 // it or wait it.
 func (s *scheduler) admit(t task, l *lane, key string, keyed bool, accepted int64) entry {

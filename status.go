@@ -159,7 +159,7 @@ func raise(peak *atomic.Int64, n int64) int64 {
 // stats holds what Status reports. The dispatcher is the only writer of
 // the fields up to reg, which it publishes with Store so that Status never
 // waits for it, but for workers, which the dispatcher counts in and workers
-// count out as they leave (see countIn), and peakWaiting, which Status
+// count out as they leave, and peakWaiting, which Status
 // raises too. The fields after the padding are added to by submitters and
 // workers.
 type stats struct {
@@ -179,12 +179,13 @@ type stats struct {
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
 	callerRan       atomic.Uint64 // of them, those that ended
-	canceled        atomic.Uint64 // tasks their submitters gave up on (see Pool.giveUp)
+	canceled        atomic.Uint64 // tasks their submitters gave up on
 	quitsReceived   atomic.Uint64 // quits workers received
 }
 
 // A registry lists the workers for Status: those started and not yet
-// forgotten by the dispatcher (see dispatcher.survey), and the tasks that
+// forgotten by the dispatcher, which forgets them once they have exited,
+// and the tasks that
 // the forgotten ones finished. The dispatcher replaces it whole, so a
 // reader sees each worker once.
 type registry struct {

@@ -13,9 +13,9 @@ type task struct {
 // a SubmitWait, a Future, a Call, a Group or a Map.
 //
 // Before it runs or drops the task, the pool claims it: claim reports
-// false if the submitter gave up on it first (see cancelable), and then
+// false if its submitter gave up on it first, and then
 // the pool neither runs it nor tells its submitter anything. Once claimed,
-// the pool calls do, with the worker's states (see Local), and then finish
+// the pool calls do, with the worker's states of Locals, and then finish
 // exactly once: after do returned, panicked or called runtime.Goexit (with
 // nil or the *PanicError); or, instead, finish with ErrStopped when a stop
 // dropped the task. finish may run on a worker, the dispatcher or the
@@ -48,7 +48,7 @@ func (c *claimState) claim() bool {
 func (c *claimState) giveUp() bool { return c.state.CompareAndSwap(pending, givenUp) }
 
 // locals holds a worker's states, one for each Local its tasks asked for
-// (see Local). Only the worker's goroutine touches it.
+// asked for. Only the worker's goroutine touches it.
 type locals struct {
 	values []localValue
 }

@@ -84,7 +84,7 @@ type taskTimings struct {
 }
 
 // now returns the pool's clock: the time since it was made, plus one, so
-// that 0 means "not timed" (see entry.accepted).
+// that 0 can mean "not timed" in entry.accepted.
 func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) + 1 }
 
 // timeTask records the timing of the task of h, accepted at h.accepted

@@ -88,9 +88,9 @@ type worker struct {
 	// idle period that phase belongs to, or 0 (not idle).
 	since atomic.Uint64
 	// skipped counts the tasks the worker received but did not run, because
-	// their submitters gave up on them first (see waiter.claim).
+	// their submitters gave up on them first.
 	skipped atomic.Uint64
-	// locals holds the worker's states (see Local); only its goroutine
+	// locals holds the worker's states of Locals; only its goroutine
 	// touches them.
 	locals locals
 	// Each worker's record on its own cache line: workers write theirs on
@@ -227,7 +227,8 @@ func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
 
 // cutOff reports whether h, just received from Pool.work, must not run: a
 // Shutdown deadline has passed, or h was sent at or past the cut that Stop
-// or the deadline made in the hand-off buffer (see cutoff).
+// or the deadline made in the hand-off buffer: the tasks it took back
+// and the later ones.
 func (p *Pool) cutOff(h handOff) bool {
 	if dl := p.deadline.Load(); dl != nil {
 		select {

@@ -1,0 +1,112 @@
+package workerpool
+
+import "runtime"
+
+// Accepting tasks: where the loop puts a task it receives, and how it hands
+// waiting tasks out.
+
+// accept takes a submitted task: to a worker at once if it may start and
+// nothing waits (a parked worker, a new one or the hand-off buffer), else
+// into the scheduler.
+func (d *dispatcher) accept(m message) {
+	d.submitted++
+	d.p.stats.submitted.Store(d.submitted)
+	if m.kind == taskMessage && m.sub == nil && d.sched.waiting == 0 && !d.paused && !d.cut {
+		// The common case, kept short: a task of the pool's own queue
+		// while nothing waits goes straight to a worker.
+		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
+		if m.task.w != nil {
+			noteSpot(e)
+		}
+		if d.workers() <= d.max && d.place(e, nil) {
+			d.sched.start(e)
+			d.notePlaced()
+			return
+		}
+		d.wait(e, nil)
+		d.letWorkersRun()
+		return
+	}
+	var l *lane
+	if m.sub != nil {
+		l = d.see(m.sub)
+		m.sub.stats.submitted.Add(1)
+	}
+	e := d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage, d.acceptedNow())
+	if m.task.w != nil {
+		noteSpot(e)
+	}
+	if d.cut {
+		// Stop dropped the queue: a task that a submitter on its way
+		// handed over since goes the same way.
+		d.drop(handOff{kind: runTask, entry: e, sub: m.sub})
+		return
+	}
+	if !d.paused && d.workers() <= d.max && d.sched.startsNow(e) && d.place(e, m.sub) {
+		d.sched.start(e)
+		d.notePlaced()
+		return
+	}
+	d.wait(e, m.sub)
+	d.letWorkersRun()
+}
+
+// acceptedNow returns the time of a task accepted now, for its timing, or
+// 0 if the pool does not time its tasks.
+func (d *dispatcher) acceptedNow() int64 {
+	if !d.cfg().timings {
+		return 0
+	}
+	return d.p.now()
+}
+
+// wait puts e, which may not start now, into the scheduler. If the
+// hand-off buffer holds tasks of another lane, handed out while no lane but
+// theirs waited, they go back to their lanes first, to take turns with
+// e's.
+func (d *dispatcher) wait(e entry, sub *Subpool) {
+	if !e.lane.inRing && d.sched.lanesWaiting() <= 1 && len(d.p.work) > 0 && (d.bufMixed || d.bufLane != e.lane) {
+		d.requeue()
+	}
+	d.sched.wait(e)
+	d.publishWaiting()
+	if sub != nil {
+		sub.notePeak(len(d.p.work))
+	}
+}
+
+// fill hands out waiting tasks to parked workers, new workers and the
+// hand-off buffer, as many as may start.
+func (d *dispatcher) fill() {
+	for d.canFill() {
+		e, ok := d.sched.peek()
+		if !ok || !d.place(e, d.subpool(e.lane)) {
+			break
+		}
+		d.sched.take()
+	}
+	d.publishWaiting()
+}
+
+// canFill reports whether the loop may hand out tasks now.
+func (d *dispatcher) canFill() bool {
+	return !d.paused && !d.cut && d.workers() <= d.max && d.sched.waiting > 0
+}
+
+// letWorkersRun yields once 64 tasks in a row had to wait, if the pool
+// runs on one P. Each task readies a worker and then the next submitter,
+// and the runtime runs the goroutine readied last first, inheriting the
+// time slice, so on one P the dispatcher and busy submitters can keep the
+// workers waiting in the run queue indefinitely, while tasks pile up in
+// the queue. Stepping out of that chain lets them run. With more Ps, idle
+// ones steal the waiting workers, and a yield would only put the
+// dispatcher behind every runnable submitter.
+func (d *dispatcher) letWorkersRun() {
+	if d.unplaced++; d.unplaced < 64 {
+		return
+	}
+	d.unplaced = 0
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.Gosched()
+	}
+}
