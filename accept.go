@@ -80,7 +80,14 @@ func (d *dispatcher) wait(e entry, sub *Subpool) {
 func (d *dispatcher) fill() {
 	for d.canFill() {
 		e, ok := d.sched.peek()
-		if !ok || !d.place(e, d.subpool(e.lane)) {
+		if !ok {
+			break
+		}
+		// Published as gone before it is sent: a worker may run it, and its
+		// SubmitWait return, before the loop gets on, and then it must not
+		// count as waiting. publishWaiting puts it right if it stays.
+		d.p.stats.waiting.Store(int64(d.sched.waiting - 1))
+		if !d.place(e, d.subpool(e.lane)) {
 			break
 		}
 		d.sched.take()

@@ -183,8 +183,9 @@ func (l *lane) keyEnded(line *keyLine, free *[]*keyLine) {
 }
 
 // maxFreeLines is how many unused key lines the scheduler keeps, so that
-// keys that come and go cost no allocation.
-const maxFreeLines = 256
+// keys that come and go cost no allocation: enough for a task of a
+// different key on each of a hundred workers and in the hand-off buffer.
+const maxFreeLines = 128
 
 // smallKeyMap is the most keys whose map a lane keeps however few it holds,
 // so that keys that come and go do not remake it.

@@ -175,10 +175,12 @@ type Pool struct {
 	epoch   time.Time
 	timings taskTimings
 
-	// subpools lists the pool's sub-pools, in the order they were made.
+	// subpools lists the pool's sub-pools not yet stopped, in the order
+	// they were made, and counts those made, which numbers their lanes.
 	subpools struct {
 		mu   sync.Mutex
 		list []*Subpool
+		made int
 	}
 
 	// The fields below are written by submitters and workers as tasks come

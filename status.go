@@ -82,10 +82,12 @@ type Status struct {
 	// the tasks of a [Group] or a [Map] whose context was done. They left
 	// the queue at once.
 	Canceled uint64
-	// Wait and Run sum up how long tasks waited, from when the pool
-	// accepted them to when they started, and how long they ran, if the
-	// pool was made with [WithTaskTimings]; else they are zero. A task is
+	// Timed says whether the pool times its tasks: whether it was made
+	// with [WithTaskTimings] (or [WithTaskObserver]). Wait and Run then sum
+	// up how long tasks waited, from when the pool accepted them to when
+	// they started, and how long they ran; else they are zero. A task is
 	// counted in both once it has ended.
+	Timed     bool
 	Wait, Run Timing
 }
 
@@ -118,6 +120,7 @@ func (p *Pool) Status() Status {
 		Rejected:    s.rejected.Load(),
 		Abandoned:   s.abandoned.Load(),
 		Canceled:    s.canceled.Load(),
+		Timed:       p.cfg.timings,
 		Wait:        p.timings.wait.snapshot(),
 		Run:         p.timings.run.snapshot(),
 	}

@@ -1,6 +1,7 @@
 package workerpool_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -226,5 +227,31 @@ func TestASubpoolsStatusSaysStoppedOnceItsStopReturns(t *testing.T) {
 		if st := s.Status().State; st != workerpool.Stopped {
 			t.Fatalf("round %d: State = %v once its stop returned", i, st)
 		}
+	}
+}
+
+// Once the SubmitWait of a task that waited in the queue returns, the task
+// no longer counts as waiting: the dispatcher publishes it gone before it
+// hands it out, so the worker cannot run it, nor its caller look, first.
+// Real scheduler, many rounds: the window was a few instructions wide.
+func TestATaskThatWaitedNoLongerCountsAsWaitingOnceItsSubmitWaitReturns(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	for range 3000 {
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- p.SubmitWait(func() {}) }()
+		}
+		for p.Status().Waiting < 2 {
+			runtime.Gosched()
+		}
+		resume()
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		s := p.Status()
+		require.Zero(t, s.Waiting, "%+v", s)
+		require.Equal(t, s.Submitted, s.Completed, "%+v", s)
 	}
 }

@@ -65,8 +65,9 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 	s := &Subpool{p: p, name: name, stopping: make(chan struct{})}
 	s.stats.limit.Store(int64(limit))
 	p.subpools.mu.Lock()
+	p.subpools.made++
+	s.lane = &lane{id: p.subpools.made, limit: limit}
 	p.subpools.list = append(p.subpools.list, s)
-	s.lane = &lane{id: len(p.subpools.list), limit: limit}
 	p.subpools.mu.Unlock()
 	return s
 }
@@ -103,8 +104,11 @@ func (s *Subpool) notePeak(buffered int) {
 
 func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
 
-// Subpools returns the pool's sub-pools, in the order they were made,
-// stopped ones included: a metrics exporter lists them at each scrape.
+// Subpools returns the pool's sub-pools that have not been stopped, in the
+// order they were made: a metrics exporter lists them at each scrape. A
+// sub-pool leaves the list once its Stop or StopWait has returned, so
+// that a program that makes sub-pools as it goes does not keep them all;
+// the pool's own counts still include their tasks.
 func (p *Pool) Subpools() []*Subpool {
 	p.subpools.mu.Lock()
 	defer p.subpools.mu.Unlock()
@@ -184,12 +188,20 @@ func (s *Subpool) stop(kind requestKind) []func() {
 		s.closed.Store(true)
 		s.gate.Unlock()
 	})
+	defer s.p.forget(s)
 	r := &request{kind: kind, sub: s, done: make(chan struct{})}
 	if !s.p.request(r) {
 		return nil // the pool has finished: every task has ended
 	}
 	<-r.done
 	return r.tasks
+}
+
+// forget takes s off the pool's list of sub-pools.
+func (p *Pool) forget(s *Subpool) {
+	p.subpools.mu.Lock()
+	defer p.subpools.mu.Unlock()
+	p.subpools.list = slices.DeleteFunc(p.subpools.list, func(x *Subpool) bool { return x == s })
 }
 
 // Resize sets the sub-pool's limit to n and returns once the pool applies
@@ -253,6 +265,7 @@ func (s *Subpool) Status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
 		Canceled:    canceled,
+		Timed:       s.p.cfg.timings,
 		Wait:        s.timings.wait.snapshot(),
 		Run:         s.timings.run.snapshot(),
 	}

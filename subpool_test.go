@@ -276,3 +276,23 @@ func TestSubpoolPanicsOnALimitBelowOne(t *testing.T) {
 	assert.Equal(t, "x", s.Name())
 	assert.Panics(t, func() { s.Resize(0) })
 }
+
+// Subpools lists the sub-pools not yet stopped, in the order they were
+// made; one made after another was stopped is a sub-pool of its own, whose
+// tasks count as its own.
+func TestSubpoolsListsTheSubpoolsNotStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.StopWait()
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		assert.Equal(t, []*workerpool.Subpool{a, b}, p.Subpools())
+		a.StopWait()
+		assert.Equal(t, []*workerpool.Subpool{b}, p.Subpools())
+		c := p.Subpool("c", 1)
+		assert.Equal(t, []*workerpool.Subpool{b, c}, p.Subpools())
+		require.NoError(t, c.SubmitWait(func() {}))
+		require.NoError(t, b.SubmitWait(func() {}))
+		assert.Equal(t, uint64(1), b.Status().Completed)
+		assert.Equal(t, uint64(1), c.Status().Completed, "c's task is c's, not b's")
+	})
+}

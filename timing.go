@@ -50,7 +50,7 @@ type TaskTiming struct {
 // timingStats is a Timing as workers add to it: with atomics, read one by
 // one by Status.
 type timingStats struct {
-	count, total, max atomic.Int64
+	total, max atomic.Int64
 	buckets           [len(TimingBounds) + 1]atomic.Uint64
 }
 
@@ -63,18 +63,19 @@ func (s *timingStats) add(d time.Duration) {
 	s.buckets[i].Add(1)
 	s.total.Add(int64(d))
 	raise(&s.max, int64(d))
-	s.count.Add(1) // last: a Status that sees it sees the rest
 }
 
-// snapshot returns the Timing. It reads the count first, so that the
-// buckets and the total hold at least as many durations as it says.
+// snapshot returns the Timing. Its count is the sum of its buckets, read
+// first, so that a histogram made of it is consistent; Total and Max,
+// read after, may already include a duration being counted.
 func (s *timingStats) snapshot() Timing {
-	t := Timing{Count: uint64(s.count.Load())}
-	t.Total = time.Duration(s.total.Load())
-	t.Max = time.Duration(s.max.Load())
+	var t Timing
 	for i := range s.buckets {
 		t.Buckets[i] = s.buckets[i].Load()
+		t.Count += t.Buckets[i]
 	}
+	t.Total = time.Duration(s.total.Load())
+	t.Max = time.Duration(s.max.Load())
 	return t
 }
 
