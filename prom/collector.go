@@ -3,7 +3,7 @@
 // how long they waited and ran.
 //
 //	p := workerpool.New(8, workerpool.WithTaskTimings())
-//	prometheus.MustRegister(prom.NewCollector("mail", p))
+//	prometheus.MustRegister(prom.NewCollector("jobs", p))
 //
 // The collector reads [workerpool.Pool.Status] and each sub-pool's
 // [workerpool.Subpool.Status] at every scrape, and keeps nothing between
@@ -61,9 +61,9 @@
 // seconds. Without timings it exports none. As a pool does not say whether
 // it times its tasks, the collector judges by its Status: the histograms
 // appear once the pool has timed a task, the sub-pools' with the pool's.
-// A series that Prometheus first sees with a count above zero loses those
-// first tasks from its rate(); timing a task at start-up, or a scrape
-// before any task ends, avoids it.
+// Prometheus thus first sees them above zero, and rate() misses the tasks
+// timed before that first scrape; a program that runs one task before it
+// serves its metrics misses only that one.
 package prom
 
 import (
