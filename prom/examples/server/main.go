@@ -93,11 +93,11 @@ func run(out io.Writer, d time.Duration, full bool) error {
 	ticker.Stop()
 	p.StopWait()
 
-	keep := excerpt
-	fmt.Fprintf(out, "\nafter StopWait, the counters above zero, the limits, and the sub-pools' waits:\n")
+	keep, what := excerpt, "the counters above zero, the limits, and the sub-pools' waits"
 	if full {
-		keep = func(string) bool { return true }
+		keep, what = func(string) bool { return true }, "the whole scrape"
 	}
+	fmt.Fprintf(out, "\nafter StopWait, %s:\n", what)
 	if err := show(out, url, keep); err != nil {
 		return err
 	}
