@@ -1,7 +1,9 @@
 // Command demo runs a workerpool.Pool under a bursty, I/O-like load and shows
 // it at work: workers rise to -max in a burst, requests queue (and, with a
 // bounded queue, are rejected), the queue drains, and in the lulls idle
-// workers are reaped back down to -min.
+// workers are reaped back down to -min. The summary tells how long
+// requests waited in the queue and how long they ran (-timings=false turns
+// the pool's timings off).
 //
 //	go run ./examples/demo
 //	go run ./examples/demo -max 8 -queue 0 -overflow block -duration 20s
@@ -62,6 +64,7 @@ func run() int {
 	duration := flag.Duration("duration", 10*time.Second, "length of the load schedule")
 	grace := flag.Duration("grace", 500*time.Millisecond, "on Ctrl-C, how long queued requests may still run before they are abandoned")
 	seed := flag.Uint64("seed", 1, "seed for the random request durations")
+	timings := flag.Bool("timings", true, "time the requests' waits and runs, for the summary")
 	flag.Parse()
 
 	// Check what New would panic on, and what makes no sense for the demo,
@@ -92,7 +95,7 @@ func run() int {
 		*idle = *duration / 10
 	}
 
-	p := workerpool.New(*maxWorkers,
+	opts := []workerpool.Option{
 		workerpool.WithMinWorkers(*minWorkers),
 		workerpool.WithIdleTimeout(*idle),
 		workerpool.WithMaxWaiting(*queue),
@@ -100,7 +103,11 @@ func run() int {
 		// The default handler logs each panic with its stack, which would
 		// garble the live status line; Status().Panicked still counts them.
 		workerpool.WithPanicHandler(func(*workerpool.PanicError) {}),
-	)
+	}
+	if *timings {
+		opts = append(opts, workerpool.WithTaskTimings())
+	}
+	p := workerpool.New(*maxWorkers, opts...)
 
 	bound := "unbounded"
 	if *queue > 0 {
@@ -163,7 +170,45 @@ func run() int {
 	fmt.Printf("  completed    %6d (%.0f/s), of which %d panicked\n", s.Completed, float64(s.Completed)/wall.Seconds(), s.Panicked)
 	fmt.Printf("  abandoned    %6d (Shutdown returned %d tasks)\n", s.Abandoned, len(dropped))
 	fmt.Printf("  peak workers %6d of %d, peak waiting %d\n", s.PeakWorkers, s.MaxWorkers, s.PeakWaiting)
+	if *timings {
+		fmt.Printf("  waited       %s\n", summarize(s.Wait))
+		fmt.Printf("  ran          %s\n", summarize(s.Run))
+	}
 	return 0
+}
+
+// summarize describes a Timing: the mean, the range of its bucket that
+// holds the 99th percentile, and the longest.
+func summarize(t workerpool.Timing) string {
+	if t.Count == 0 {
+		return "no request ended"
+	}
+	return fmt.Sprintf("mean %v, p99 %s, max %v", short(t.Total/time.Duration(t.Count)), p99(t), short(t.Max))
+}
+
+// p99 returns the range of the 99th percentile, as "100ms..250ms": the
+// bounds of its bucket, the upper one no more than the longest.
+func p99(t workerpool.Timing) string {
+	want := (t.Count*99 + 99) / 100 // the rank of the 99th percentile, rounded up
+	var n uint64
+	var lower time.Duration
+	for i, upper := range workerpool.TimingBounds {
+		if n += t.Buckets[i]; n >= want {
+			return fmt.Sprintf("%v..%v", lower, short(min(upper, t.Max)))
+		}
+		lower = upper
+	}
+	return fmt.Sprintf("%v..%v", lower, short(t.Max))
+}
+
+// short rounds d to three significant digits.
+func short(d time.Duration) time.Duration {
+	for r := time.Second; r > time.Nanosecond; r /= 10 {
+		if d >= 100*r {
+			return d.Round(r)
+		}
+	}
+	return d
 }
 
 // generate submits requests as the schedule says until it ends or ctx is
