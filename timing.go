@@ -51,7 +51,7 @@ type TaskTiming struct {
 // one by Status.
 type timingStats struct {
 	total, max atomic.Int64
-	buckets           [len(TimingBounds) + 1]atomic.Uint64
+	buckets    [len(TimingBounds) + 1]atomic.Uint64
 }
 
 // add counts one duration.
