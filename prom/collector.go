@@ -42,13 +42,13 @@
 // A sub-pool's name is only a label, and several may share one; Prometheus
 // accepts one series per label set. The sub-pools of one name make one
 // series, which sums theirs: their counters, running and waiting tasks,
-// histograms and limits. A sub-pool stopped and made anew under its name
-// thus keeps its counters going, as [workerpool.Pool.Subpools] lists the
-// stopped one too; but a stopped sub-pool's limit is left out of the sum
-// while another of its name is not stopped, so that making it anew does not
-// double workerpool_subpool_max_workers. A name that is not valid UTF-8 is
-// exported with U+FFFD for its invalid bytes, and shares the series of any
-// other name that becomes the same.
+// histograms and limits. A stopped sub-pool leaves the metrics, as it
+// leaves [workerpool.Pool.Subpools]: the series of its name then sums the
+// others of its name, or goes, and its counters fall back, which
+// Prometheus's rate() reads as a counter reset. The pool's own counters
+// keep counting its tasks. A name that is not valid UTF-8 is exported with
+// U+FFFD for its invalid bytes, and shares the series of any other name
+// that becomes the same.
 //
 // # Histograms
 //
@@ -58,12 +58,9 @@
 // workerpool_subpool_task_wait_seconds and
 // workerpool_subpool_task_run_seconds, with the buckets of
 // [workerpool.TimingBounds], from a microsecond to five minutes, in
-// seconds. Without timings it exports none. As a pool does not say whether
-// it times its tasks, the collector judges by its Status: the histograms
-// appear once the pool has timed a task, the sub-pools' with the pool's.
-// Prometheus thus first sees them above zero, and rate() misses the tasks
-// timed before that first scrape; a program that runs one task before it
-// serves its metrics misses only that one.
+// seconds, from the first scrape on, at zero until a task is timed.
+// Without timings ([workerpool.Status] says whether: Timed) it exports
+// none.
 package prom
 
 import (
@@ -151,10 +148,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // order the first sub-pool of each name was made.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.pool.Status()
-	timed := st.Wait.Count > 0 || st.Run.Count > 0
-	c.own.collect(ch, st, timed)
+	c.own.collect(ch, st, st.Timed)
 	for _, g := range groupByName(c.pool.Subpools()) {
-		c.sub.collect(ch, g.status, timed || g.status.Wait.Count > 0 || g.status.Run.Count > 0, g.name)
+		c.sub.collect(ch, g.status, st.Timed, g.name)
 	}
 }
 
@@ -195,11 +191,7 @@ var boundsInSeconds = func() (b [len(workerpool.TimingBounds)]float64) {
 }()
 
 // histogram returns t as a Prometheus histogram: its buckets made
-// cumulative. Its count is the buckets' sum, not t.Count: a Status taken
-// while tasks end reads a Timing's count before its buckets, so its buckets
-// may hold a few more durations than it says, and a count below the last
-// bucket would not be a histogram Prometheus can use. At rest the two are
-// equal.
+// cumulative, its count theirs (which t.Count is).
 func histogram(desc *prometheus.Desc, t workerpool.Timing, labels []string) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(boundsInSeconds))
 	var n uint64
@@ -218,11 +210,9 @@ type named struct {
 }
 
 // groupByName sums the Status of the sub-pools of each name, in the order
-// the first of each name was made. MaxWorkers sums the limits of those not
-// stopped, or of them all if all are.
+// the first of each name was made.
 func groupByName(subs []*workerpool.Subpool) []named {
 	var groups []named
-	var live []int // of each group, the limits of those not stopped, summed
 	index := make(map[string]int, len(subs))
 	for _, s := range subs {
 		name := strings.ToValidUTF8(s.Name(), "\uFFFD") // else the label would fail the scrape
@@ -232,17 +222,8 @@ func groupByName(subs []*workerpool.Subpool) []named {
 			i = len(groups)
 			index[name] = i
 			groups = append(groups, named{name: name})
-			live = append(live, 0)
 		}
 		add(&groups[i].status, st)
-		if st.State != workerpool.Stopped {
-			live[i] += st.MaxWorkers
-		}
-	}
-	for i := range groups {
-		if live[i] > 0 {
-			groups[i].status.MaxWorkers = live[i]
-		}
 	}
 	return groups
 }

@@ -220,9 +220,7 @@ func TestTwoPoolsShareARegistry(t *testing.T) {
 }
 
 // Sub-pools that share a name make one series, of their sums. A stopped
-// one keeps its counters in the sum, but not its limit while another of
-// its name runs, so that a sub-pool made anew under its name goes on
-// where the old one stopped.
+// one leaves the sum, and the series goes with the last of its name.
 func TestSubpoolsOfOneNameMakeOneSeriesOfTheirSums(t *testing.T) {
 	p := workerpool.New(4, options(workerpool.WithTaskTimings())...)
 	first := p.Subpool("mail", 2)
@@ -256,13 +254,15 @@ func TestSubpoolsOfOneNameMakeOneSeriesOfTheirSums(t *testing.T) {
 	third := p.Subpool("mail", 4)
 	require.NoError(t, third.SubmitWait(noop))
 	fams = scrape(t, url)
-	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...), "the counters go on")
-	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_max_workers", mail...), "3 + 4: the stopped one's limit is left out")
+	assert.Equal(t, 5.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...), "second's 4 and third's 1: the stopped one left")
+	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_max_workers", mail...), "3 + 4")
+	assert.Equal(t, 8.0, fams.value(t, "workerpool_tasks_completed_total", "pool", "jobs"), "the pool still counts every task")
 
-	p.StopWait()
+	second.StopWait()
+	third.StopWait()
 	fams = scrape(t, url)
-	assert.Equal(t, 9.0, fams.value(t, "workerpool_subpool_max_workers", mail...), "all stopped: their limits, as their Status says")
-	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...))
+	assert.Empty(t, fams.series("workerpool_subpool_tasks_completed_total", mail...), "the last of its name stopped: the series went")
+	p.StopWait()
 }
 
 // A name that is not valid UTF-8 would fail the whole scrape as a label:
@@ -276,8 +276,8 @@ func TestASubpoolNameThatIsNotUTF8IsMended(t *testing.T) {
 	assert.Equal(t, 2.0, fams.value(t, "workerpool_subpool_tasks_completed_total", "pool", "jobs", "subpool", "bad\uFFFD"))
 }
 
-// The histograms appear once the pool has timed a task, with every
-// sub-pool's, and never without timings.
+// With timings, the histograms are there from the first scrape, at zero
+// until a task is timed, with every sub-pool's; without, never.
 func TestHistogramsOnlyWithTimings(t *testing.T) {
 	histograms := func(fams families) (names []string) {
 		for name := range fams {
@@ -306,12 +306,14 @@ func TestHistogramsOnlyWithTimings(t *testing.T) {
 		defer p.StopWait()
 		mail := p.Subpool("mail", 1)
 		url := serve(t, prom.NewCollector("jobs", p))
-		assert.Empty(t, histograms(scrape(t, url)), "no task timed yet: timings cannot be told from none")
+		fams := scrape(t, url)
+		assert.ElementsMatch(t, all, histograms(fams), "at zero before the first task")
+		assert.Zero(t, fams.histogram(t, "workerpool_task_run_seconds", "pool", "jobs").GetSampleCount())
 
 		require.NoError(t, p.SubmitWait(noop))
 		idle := p.Subpool("idle", 1)
 		caughtUp(p)
-		fams := scrape(t, url)
+		fams = scrape(t, url)
 		assert.ElementsMatch(t, all, histograms(fams))
 		fams.agree(t, p.Status(), true, "workerpool_", "pool", "jobs")
 		fams.agree(t, mail.Status(), true, "workerpool_subpool_", "pool", "jobs", "subpool", "mail")
