@@ -18,7 +18,7 @@ func (d *dispatcher) accept(m message) {
 		if m.task.w != nil {
 			noteSpot(e)
 		}
-		if d.workers() <= d.max && d.place(e, nil) {
+		if d.roomForOneMore() && d.place(e, nil) {
 			d.sched.start(e)
 			d.notePlaced()
 			return
@@ -42,7 +42,7 @@ func (d *dispatcher) accept(m message) {
 		d.drop(handOff{kind: runTask, entry: e, sub: m.sub})
 		return
 	}
-	if !d.paused && d.workers() <= d.max && d.sched.startsNow(e) && d.place(e, m.sub) {
+	if !d.paused && d.roomForOneMore() && d.sched.startsNow(e) && d.place(e, m.sub) {
 		d.sched.start(e)
 		d.notePlaced()
 		return
@@ -97,7 +97,19 @@ func (d *dispatcher) fill() {
 
 // canFill reports whether the loop may hand out tasks now.
 func (d *dispatcher) canFill() bool {
-	return !d.paused && !d.cut && d.workers() <= d.max && d.sched.waiting > 0
+	return !d.paused && !d.cut && d.sched.waiting > 0 && d.roomForOneMore()
+}
+
+// roomForOneMore reports whether one more task may be handed out without
+// more than the maximum running at once. With no more workers than the
+// maximum, always: a task goes to a parked worker or the hand-off buffer,
+// or starts a worker, which place does only below the maximum. After
+// Resize lowered it, surplus workers are leaving; meanwhile a task may go
+// to one that is parked while fewer than the maximum are handed out and
+// not done. (One that parked just as Resize took effect, before it could
+// see that it was surplus, leaves after that task.)
+func (d *dispatcher) roomForOneMore() bool {
+	return d.workers() <= d.max || d.handed-d.doneTasks() < uint64(d.max)
 }
 
 // letWorkersRun yields once 64 tasks in a row had to wait, if the pool

@@ -31,9 +31,10 @@ type dispatcher struct {
 	dead  []handOff  // tasks dropped by Stop or a Shutdown deadline, for Stop to return
 	got   []report   // reports taken from Pool.reports, reused
 	// all lists the workers started and not yet forgotten, which the reaper does once they have exited;
-	// retiredDone and retiredReceived sum what the forgotten ones did.
-	all                          []*worker
-	retiredDone, retiredReceived uint64
+	// retiredDone, retiredSkipped and retiredReceived sum what the
+	// forgotten ones did.
+	all                                          []*worker
+	retiredDone, retiredSkipped, retiredReceived uint64
 
 	// handed counts the tasks given to workers (less those taken back)
 	// and quits the quits: together, what workers received or will. sent
@@ -149,6 +150,11 @@ func (d *dispatcher) settle() bool {
 	if d.checkDeadline() {
 		return true
 	}
+	if surplus := d.workers() - d.max; surplus > 0 && !d.down {
+		// A surplus worker that parked as Resize took effect, before it
+		// could see it was surplus, leaves now.
+		d.quitParked(surplus, d.max)
+	}
 	d.fill()
 	buffered, workers := len(d.p.work), d.workers()
 	d.updateWants()
@@ -168,6 +174,9 @@ func (d *dispatcher) receiving() bool {
 func (d *dispatcher) offer() (handOff, bool) {
 	if !d.canFill() || d.workers() < d.max {
 		return handOff{}, false // nothing to hand out, or fill starts workers
+	}
+	if d.workers() > d.max {
+		return handOff{}, false // fill weighs each hand-out against the tasks running
 	}
 	e, ok := d.sched.peek()
 	if !ok || !d.bufferTakes(e.lane) {
@@ -293,11 +302,12 @@ func (d *dispatcher) publishWorkers() {
 	d.p.stats.reg.Store(&registry{workers: d.all, retired: d.retiredDone})
 }
 
-// doneTasks returns how many tasks workers have finished.
+// doneTasks returns how many of the tasks handed out workers have done
+// with: finished, or skipped because their submitters gave up on them.
 func (d *dispatcher) doneTasks() uint64 {
-	n := d.retiredDone
+	n := d.retiredDone + d.retiredSkipped
 	for _, w := range d.all {
-		n += w.phase.Load() >> 1
+		n += w.phase.Load()>>1 + w.skipped.Load()
 	}
 	return n
 }

@@ -177,20 +177,20 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 	return g.start(t, overflow, try)
 }
 
-// start submits w, a task of the group whose do starts with g.begin and
-// whose finish ends with g.ended or g.leave. If the group's context is done,
+// start submits w, a task of the group whose claim is g.take and whose
+// finish ends with g.ended or g.dropped. If the group's context is done,
 // start skips w without bothering the pool; if it ends while start waits
 // for room, w is skipped too. A refusal by the pool is recorded as a skipped
 // task and the group's error, unless try is set: then start returns false
 // and records nothing.
 func (g *Group) start(w cancelable, overflow Overflow, try bool) bool {
-	if !g.enter(w) {
+	if !g.enter() {
 		g.record(context.Cause(g.ctx))
 		return true
 	}
 	err := submitWaiter(g.to, g.ctx, w, overflow)
-	if err != nil {
-		w.claim() // never queued: nothing to give up on
+	if err == nil {
+		g.track(w)
 	}
 	switch {
 	case err == nil:

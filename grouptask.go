@@ -6,41 +6,61 @@ import "context"
 // then running, then ended; or it is skipped. These keep the counts, under
 // the group's lock, as the pool moves the task along.
 
-// enter counts w, a task about to be submitted, as queued, unless the
-// group's context is done: then it reports false.
-func (g *Group) enter(w cancelable) bool {
+// enter counts a task about to be submitted as queued, unless the group's
+// context is done: then it reports false.
+func (g *Group) enter() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || g.ctx.Err() != nil {
 		return false
 	}
 	g.queued++
+	return true
+}
+
+// track lists w, a task the pool has accepted, among those to give up on
+// once the group's context is done; if it is done already, track gives w up
+// at once. A task is listed only once accepted, so that giving up on it
+// never counts a task the pool refused as canceled.
+func (g *Group) track(w cancelable) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		g.p.giveUp([]cancelable{w})
+		return
+	}
 	g.entered++
 	if t, ok := w.(*groupTask); ok {
 		g.mine = append(g.mine, t)
 	}
-	return true
+	g.mu.Unlock()
 }
 
-// begin starts a queued task on a worker, and reports whether it may run:
-// not once the group's context is done.
-func (g *Group) begin() bool {
+// take claims w, a queued task of the group, for the pool (c is its claim
+// state), and counts it running: from here on it runs, even if the group's
+// context is done before it begins, or Stop drops it. Once the context is
+// done, take instead gives w up, if nothing did yet: it is canceled, and
+// skipped. The group's close counts it skipped with the other queued ones;
+// take does not close the group itself, as it may run on the dispatcher,
+// which close would wait for.
+func (g *Group) take(c *claimState, w cancelable) bool {
 	g.mu.Lock()
-	switch {
-	case g.closed:
-		g.mu.Unlock()
-		return false // counted as skipped by close
-	case g.ctx.Err() != nil:
-		queued := g.closeLocked() // counts this one too
-		g.mu.Unlock()
-		if queued {
-			g.giveUpQueued() // the others leave the queue
+	defer g.mu.Unlock()
+	if g.closed || g.ctx.Err() != nil {
+		if w.giveUp() {
+			p, sub := g.to.target()
+			p.stats.canceled.Add(1)
+			if sub != nil {
+				sub.stats.canceled.Add(1)
+			}
 		}
+		return false
+	}
+	if !c.claim() {
 		return false
 	}
 	g.queued--
 	g.running++
-	g.mu.Unlock()
 	return true
 }
 
@@ -53,6 +73,21 @@ func (g *Group) ended(err error) {
 	g.mu.Unlock()
 	if first {
 		g.cancel(err)
+	}
+}
+
+// dropped accounts for a task taken for the pool that Stop then dropped
+// before it began: it is skipped, and ErrStopped is the group's error if it
+// is the first.
+func (g *Group) dropped() {
+	g.mu.Lock()
+	g.running--
+	g.skipped++
+	first := g.setErrLocked(ErrStopped)
+	g.settleLocked()
+	g.mu.Unlock()
+	if first {
+		g.cancel(ErrStopped)
 	}
 }
 
@@ -187,28 +222,25 @@ type groupTask struct {
 	claimState
 	where queueSpot
 	g     *Group
-	fn    func(context.Context) error // nil once skipped by do
+	fn    func(context.Context) error
 }
 
 func (t *groupTask) spot() *queueSpot { return &t.where }
 
-// do runs fn with the group's context, unless that is done: then fn is
-// skipped. A task that has started is never skipped.
+// claim is waiter.claim: see Group.take.
+func (t *groupTask) claim() bool { return t.g.take(&t.claimState, t) }
+
+// do runs fn with the group's context.
 func (t *groupTask) do(*locals) {
-	if !t.g.begin() {
-		t.fn = nil
-		return
-	}
 	if err := t.fn(t.g.ctx); err != nil {
 		t.g.fail(err)
 	}
 }
 
 func (t *groupTask) finish(err error) {
-	switch {
-	case err == ErrStopped: // dropped by Stop before it started
-		t.g.leave(true, err)
-	case t.fn != nil: // it ran
-		t.g.ended(err)
+	if err == ErrStopped { // dropped by Stop before it began
+		t.g.dropped()
+		return
 	}
+	t.g.ended(err)
 }

@@ -160,30 +160,47 @@ func (d *dispatcher) cutBuffer() []handOff {
 	return back
 }
 
-// quitParked tells up to n parked workers, longest parked first, to exit:
-// fewer if fewer are parked. A send goes to a parked worker if one is; if
-// none is, the quit lands in the hand-off buffer, and is taken back: it
-// would go to the next worker to come free, not an idle one.
-func (d *dispatcher) quitParked(n int) {
+// quitParked tells up to n parked workers, longest parked first, to exit,
+// leaving at least floor workers: fewer if fewer are parked. A send goes to
+// a parked worker if one is; if none is, the quit lands in the hand-off
+// buffer, and is taken back: it would go to the next worker to come free,
+// not an idle one.
+//
+// Busy workers may retire meanwhile, counting themselves out; should one
+// take the count to floor after a quit was sent, a new worker replaces the
+// one that quits.
+func (d *dispatcher) quitParked(n, floor int) {
 	if len(d.p.work) > 0 {
 		return // tasks wait in the buffer, so no worker is parked
 	}
 	for range n {
-		select {
-		case d.p.work <- handOff{kind: quit}:
-		default:
+		if d.workers() <= floor || !d.sendQuit() {
 			return
 		}
-		if len(d.p.work) > 0 {
-			select {
-			case <-d.p.work:
-				return // no worker was parked
-			default: // a worker took it meanwhile
-			}
-		}
 		d.quits++
-		d.p.stats.countOut() // the worker is on its way out
+		if !d.p.stats.countOutAbove(floor) {
+			d.p.stats.countOut() // the worker that quits ...
+			d.start(handOff{})   // ... and the one in its place
+			return
+		}
 	}
+}
+
+// sendQuit sends a quit to a parked worker, and reports whether one took it.
+func (d *dispatcher) sendQuit() bool {
+	select {
+	case d.p.work <- handOff{kind: quit}:
+	default:
+		return false
+	}
+	if len(d.p.work) > 0 {
+		select {
+		case <-d.p.work:
+			return false // no worker was parked
+		default: // a worker took it meanwhile
+		}
+	}
+	return true
 }
 
 // start starts a worker goroutine whose first task is h, if it is one:

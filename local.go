@@ -2,6 +2,7 @@ package workerpool
 
 import (
 	"context"
+	"runtime/debug"
 	"sync/atomic"
 )
 
@@ -66,9 +67,12 @@ func (x *Local[S]) get(l *locals) (S, error) {
 // runs on one of s's workers, with that worker's state. If the worker has
 // none and open fails, task does not run, and the panic handler (see
 // [WithPanicHandler]) gets a [*PanicError] whose Value is open's error;
-// the task counts as completed, not as panicked. The task never runs in
-// its submitter: under [CallerRuns], Submit waits for room in a full queue,
-// as under [Block]. Submit allocates one object.
+// the task counts as completed, not as panicked. A panic in task goes to
+// the panic handler, as a Submit's does. If Stop (or a Shutdown deadline,
+// or [Subpool.Stop]) drops the task before it starts, it returns it as a
+// func that opens a state of its own, runs task with it and closes it. The
+// task never runs in its submitter: under [CallerRuns], Submit waits for
+// room in a full queue, as under [Block]. Submit allocates one object.
 func (x *Local[S]) Submit(s Submitter, task func(S)) error {
 	if task == nil {
 		return ErrNilTask
@@ -95,9 +99,23 @@ func (t *localTask[S]) do(l *locals) {
 	t.fn(s)
 }
 
-func (t *localTask[S]) finish(err error) {
-	if pe, ok := err.(*PanicError); ok {
-		t.p.cfg.panicHandler(pe)
+// finish has nothing to tell: a panic went to the panic handler, and a
+// stop returns the task instead (asFunc).
+func (t *localTask[S]) finish(error) {}
+
+// asFunc returns the task as a func that runs it with a state of its own,
+// opened before and closed after: what Stop returns if it drops the task.
+func (t *localTask[S]) asFunc() func() {
+	return func() {
+		s, err := t.x.open()
+		if err != nil {
+			t.p.cfg.panicHandler(&PanicError{Value: err})
+			return
+		}
+		if t.x.close != nil {
+			defer t.x.close(s)
+		}
+		t.fn(s)
 	}
 }
 
@@ -122,14 +140,18 @@ func CallWith[S, T any](ctx context.Context, s Submitter, x *Local[S], fn func(c
 	return call(ctx, s, c)
 }
 
-// closeLocals closes worker w's states, each recovering from a panic of
-// close, which goes to the panic handler.
+// closeLocals closes worker w's states, each once: it takes a state off
+// the worker before it closes it, so that a close that calls Goexit, or
+// whose panic's handler does, leaves the others to be closed, and that one
+// closed. A panic of close goes to the panic handler.
 func (p *Pool) closeLocals(w *worker) {
-	for _, v := range w.locals.values {
+	for len(w.locals.values) > 0 {
+		v := w.locals.values[0]
+		w.locals.values = w.locals.values[1:]
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					p.cfg.panicHandler(&PanicError{Value: r})
+					p.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
 				}
 			}()
 			v.close(v.value)

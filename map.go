@@ -104,14 +104,12 @@ type mapTask[T, R any] struct {
 
 func (t *mapTask[T, R]) spot() *queueSpot { return &t.where }
 
-// do calls fn on the item, unless the group's context is done: then the
-// item is skipped.
+// claim is waiter.claim: see Group.take.
+func (t *mapTask[T, R]) claim() bool { return t.m.g.take(&t.claimState, t) }
+
+// do calls fn on the item.
 func (t *mapTask[T, R]) do(*locals) {
 	m := t.m
-	if !m.g.begin() {
-		t.i = -1
-		return
-	}
 	r, err := m.fn(m.g.ctx, m.items[t.i])
 	if err != nil {
 		m.g.fail(err)
@@ -123,12 +121,11 @@ func (t *mapTask[T, R]) do(*locals) {
 // finish frees the item's place in the window, then accounts for it.
 func (t *mapTask[T, R]) finish(err error) {
 	<-t.m.room
-	switch {
-	case err == ErrStopped: // dropped by Stop before it started
-		t.m.g.leave(true, err)
-	case t.i >= 0: // it ran
-		t.m.g.ended(err)
+	if err == ErrStopped { // dropped by Stop before it began
+		t.m.g.dropped()
+		return
 	}
+	t.m.g.ended(err)
 }
 
 // window returns how many of s's tasks may run at once: the pool's maximum

@@ -97,7 +97,7 @@ func (d *dispatcher) reap() {
 	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
 	d.p.tick.Store(tick)
 	idle, stale := d.survey(tick, now)
-	d.quitParked(min(idle-stale, d.workers()-d.cfg().minWorkers))
+	d.quitParked(idle-stale, d.cfg().minWorkers)
 	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 }
 
@@ -110,14 +110,15 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 	var live []*worker // once a worker has exited: the others
 	for i, w := range d.all {
 		phase, since := w.state()
-		done, busy := phase>>1, phase&1
+		done, busy, skipped := phase>>1, phase&1, w.skipped.Load()
 		if since == quitMark || since == retiredMark {
 			// Gone: after receiving a quit, or after its last task.
-			got := done
+			got := done + skipped
 			if since == quitMark {
 				got++
 			}
 			d.retiredDone += done
+			d.retiredSkipped += skipped
 			d.retiredReceived += got
 			received += got
 			if live == nil {
@@ -128,7 +129,7 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 		if live != nil {
 			live = append(live, w)
 		}
-		received += done + busy
+		received += done + skipped + busy
 		if busy == 0 && since != 0 && since <= tick && !d.clock.handledAt(since, tick).Add(d.clock.timeout).After(now) {
 			idle++
 		}

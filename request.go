@@ -87,8 +87,9 @@ func (d *dispatcher) resize(n int) {
 	d.max = n
 	d.sched.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
+	d.updateWants() // busy surplus workers leave as their tasks end
 	if !d.down {
-		d.quitParked(d.workers() - n)
+		d.quitParked(d.workers()-n, n)
 		d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 	}
 	d.fill()
@@ -239,15 +240,20 @@ func (d *dispatcher) dropQueue() {
 // drop drops h, a task that will never run: its waiter gets ErrStopped,
 // and a fire-and-forget task is kept for Stop to return.
 func (d *dispatcher) drop(h handOff) {
-	d.p.stats.abandoned.Add(1)
-	if h.sub != nil {
-		h.sub.stats.abandoned.Add(1)
-	}
 	if h.w != nil {
-		if h.w.claim() {
+		switch {
+		case !h.w.claim():
+			return // its submitter gave up on it first: canceled, not dropped
+		case isFireAndForget(h.w):
+			h.fn = h.w.(fireAndForget).asFunc() // returned, as a Submit's task
+		default:
 			h.w.finish(ErrStopped)
 		}
 		h.w = nil
+	}
+	d.p.stats.abandoned.Add(1)
+	if h.sub != nil {
+		h.sub.stats.abandoned.Add(1)
 	}
 	d.dead = append(d.dead, h)
 }
@@ -273,17 +279,22 @@ func (d *dispatcher) stopLane(r *request) {
 		d.sched.putBack(others)
 		gone = append(gone, d.sched.dropLane(l)...)
 		slices.SortFunc(gone, bySeq)
+		n := 0
 		for _, e := range gone {
-			if e.w != nil {
-				if e.w.claim() {
-					e.w.finish(ErrStopped)
-				}
-			} else {
+			switch {
+			case e.w == nil:
 				r.tasks = append(r.tasks, e.fn)
+			case !e.w.claim():
+				continue // its submitter gave up on it first: canceled
+			case isFireAndForget(e.w):
+				r.tasks = append(r.tasks, e.w.(fireAndForget).asFunc())
+			default:
+				e.w.finish(ErrStopped)
 			}
+			n++
 		}
-		d.p.stats.abandoned.Add(uint64(len(gone)))
-		sub.stats.abandoned.Add(uint64(len(gone)))
+		d.p.stats.abandoned.Add(uint64(n))
+		sub.stats.abandoned.Add(uint64(n))
 		d.publishWaiting()
 	}
 	sub.stats.state.Store(int32(Stopping))

@@ -222,10 +222,16 @@ func (s *stats) workerCount() int { return int(uint32(s.workers.Load())) }
 
 // retireOne counts one worker out if there are more than the maximum, and
 // reports whether it did: the calling worker then exits.
-func (s *stats) retireOne() bool {
+func (s *stats) retireOne() bool { return s.countOutAbove(int(s.maxWorkers.Load())) }
+
+// countOutAbove counts one worker out if there are more than floor, and
+// reports whether it did. Workers retiring at the same time count
+// themselves out too, so only a compare-and-swap keeps the count from
+// going below floor.
+func (s *stats) countOutAbove(floor int) bool {
 	for {
 		w := s.workers.Load()
-		if int64(uint32(w)) <= s.maxWorkers.Load() {
+		if int(uint32(w)) <= floor {
 			return false
 		}
 		if s.workers.CompareAndSwap(w, w+1<<32-1) {

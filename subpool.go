@@ -156,7 +156,7 @@ func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKe
 
 // Group returns a new group of tasks that run on the sub-pool, as
 // [Pool.Group] does for the pool.
-func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx) }
+func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx).watch() }
 
 // Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
 // waiting in it, and returns once its running tasks have finished, whatever

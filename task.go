@@ -26,6 +26,21 @@ type waiter interface {
 	finish(err error)
 }
 
+// A fireAndForget is a waiter with no caller waiting for it: a task given
+// to Local.Submit. Its panic goes to the panic handler, as a Submit's does,
+// and a stop that drops it returns it, as a func (asFunc), as it does a
+// Submit's task.
+type fireAndForget interface {
+	waiter
+	asFunc() func()
+}
+
+// isFireAndForget reports whether w has no caller waiting for it.
+func isFireAndForget(w waiter) bool {
+	_, ok := w.(fireAndForget)
+	return ok
+}
+
 // A claimState decides, once, who owns the outcome of a task whose
 // submitter may give up on it: the pool, which runs or drops it, or the
 // submitter.

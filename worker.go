@@ -90,12 +90,14 @@ type worker struct {
 	// skipped counts the tasks the worker received but did not run, because
 	// their submitters gave up on them first.
 	skipped atomic.Uint64
-	// locals holds the worker's states of Locals; only its goroutine
-	// touches them.
-	locals locals
+	// locals holds the worker's states of Locals, and leaving its mark
+	// once it is leaving for good (see exit); only its goroutine touches
+	// them.
+	locals  locals
+	leaving uint64
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
-	_ [cacheLine - 48]byte
+	_ [cacheLine - 56]byte
 }
 
 // cacheLine is the size of a cache line on the machines Go mostly runs on.
@@ -135,7 +137,13 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 	defer p.wg.Done()
 	returned := false
 	defer func() {
-		if !returned {
+		switch {
+		case returned:
+		case w.leaving != 0:
+			// A close of its states, or the panic handler, called
+			// runtime.Goexit as the worker left: finish leaving.
+			p.startExit(w, w.leaving)
+		default:
 			// A task or the panic handler called runtime.Goexit, which
 			// nothing can stop; run has already counted the task. Carry
 			// on in a new goroutine so that the pool keeps its capacity.
@@ -157,13 +165,14 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 				}
 			}
 			p.run(&h, w)
-			if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
-				p.exit(w, retiredMark)
-				returned = true
-				return
-			}
 		}
 		counted = false
+		// A worker the maximum no longer has room for leaves before it
+		// takes another task, also after a task that called Goexit.
+		if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
+			p.exit(w, retiredMark)
+			break
+		}
 		var open bool
 		h, open = <-p.work
 		if !open {
@@ -182,13 +191,26 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 	returned = true
 }
 
-// exit ends worker w for good: it closes the worker's states, marks its
-// record (quitMark or retiredMark) and tells the dispatcher, which may be
-// waiting for workers to leave.
+// exit ends worker w for good, already counted out: it closes the worker's
+// states, marks its record (quitMark or retiredMark) and tells the
+// dispatcher, which may be waiting for workers to leave. From here on, a
+// Goexit (from a close, or the panic handler of its panic) does not bring
+// the worker back: startExit finishes leaving.
 func (p *Pool) exit(w *worker, mark uint64) {
+	w.leaving = mark
 	p.closeLocals(w)
 	w.since.Store(mark)
 	p.signal()
+}
+
+// startExit finishes worker w's exit in a goroutine of its own, after a
+// Goexit cut it short.
+func (p *Pool) startExit(w *worker, mark uint64) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.exit(w, mark)
+	}()
 }
 
 // skip accounts for h, a task its submitter gave up on before worker w
@@ -196,8 +218,13 @@ func (p *Pool) exit(w *worker, mark uint64) {
 // learns it is no longer running.
 func (p *Pool) skip(w *worker, h *handOff) {
 	w.skipped.Store(w.skipped.Load() + 1)
-	if h.mustReport() {
+	// As in taskDone: count, report, then look at what the dispatcher
+	// wants, so that a Pause waiting for this hand-off hears of it.
+	reported := h.mustReport()
+	if reported {
 		p.reports.add(report{kind: endedReport, handOff: *h})
+	}
+	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
 		p.signal()
 	}
 }
@@ -264,20 +291,22 @@ func (p *Pool) run(h *handOff, w *worker) {
 	if p.cfg.timings {
 		start = p.now()
 	}
+	// A task with no waiter takes its panic to the panic handler.
+	handler := h.w == nil || isFireAndForget(h.w)
 	defer func() {
 		var pe *PanicError
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
 		}
-		p.taskDone(h, w, pe != nil)
+		p.taskDone(h, w, pe != nil, handler)
 		if start != 0 {
 			p.timeTask(h, start, pe != nil)
 		}
 		switch {
+		case pe != nil && handler:
+			p.handlePanic(pe, w)
 		case h.w != nil:
 			h.w.finish(pe.asError())
-		case pe != nil:
-			p.handlePanic(pe, w)
 		}
 	}()
 	if h.w == nil {
@@ -303,11 +332,13 @@ func (pe *PanicError) asError() error {
 // is nil, then, if it panicked, as panicked: Panicked is part of
 // Completed. A sub-pool's or a keyed task's end is reported to the
 // dispatcher; if a Pause waits for running tasks, the dispatcher is told.
+// handler says that a panic goes to the panic handler, which is then to
+// run on the worker.
 //
 // The worker is stamped idle before it is counted not busy, so that Status
 // and reaping never see it idle with the stamp of an earlier idle period;
 // but not while a panic handler is to run: that is not idle.
-func (p *Pool) taskDone(h *handOff, w *worker, panicked bool) {
+func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -315,7 +346,7 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked bool) {
 		}
 		return
 	}
-	if panicked && h.w == nil {
+	if panicked && handler {
 		w.since.Store(0) // busy in the panic handler; stamped after it
 	} else {
 		p.stampIdle(w)
@@ -330,16 +361,15 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked bool) {
 			h.sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
 		}
 	}
-	wants := p.wants.Load()
-	if h.mustReport() {
+	// Report first, then look at what the dispatcher wants to hear: it
+	// sets wantEnds before it last collects reports, so either it
+	// collects this one or the worker sees wantEnds and wakes it.
+	reported := h.mustReport()
+	if reported {
 		p.reports.add(report{kind: endedReport, handOff: *h})
-		if wants&wantEnds != 0 {
-			p.signal()
-			return
-		}
 	}
-	if wants&wantIdle != 0 {
-		p.signal() // a Pause waits for running tasks to end
+	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
+		p.signal() // a Pause waits for running tasks to end, or the report is awaited
 	}
 }
 

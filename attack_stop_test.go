@@ -1,0 +1,1881 @@
+package workerpool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// waitOrTimeout waits for ch, or for d of (fake or real) time; it reports
+// whether ch was closed in time.
+func waitOrTimeout(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// AttackResizeDownGoexit: two busy workers, Resize(1), both tasks call
+// runtime.Goexit. Promise: busy surplus workers exit as their task ends;
+// workers drain down to the maximum, and the pool keeps working.
+func TestAttackResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+		release := make(chan struct{})
+		for range 2 {
+			if err := p.Submit(func() { <-release; runtime.Goexit() }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		if s := p.Status(); s.Workers != 1 {
+			t.Errorf("after Resize(1) and both tasks ended (Goexit): Workers = %d, want 1 (status %+v)", s.Workers, s)
+		}
+		// Does the pool still run tasks?
+		ran := make(chan struct{})
+		if err := p.Submit(func() { close(ran) }); err != nil {
+			t.Fatal(err)
+		}
+		if !waitOrTimeout(ran, time.Hour) {
+			t.Errorf("a task submitted after the Goexits did not start within an hour (fake clock); status %+v", p.Status())
+		}
+		stopped := make(chan struct{})
+		go func() { p.StopWait(); close(stopped) }()
+		if !waitOrTimeout(stopped, time.Hour) {
+			t.Errorf("StopWait did not return within an hour (fake clock); status %+v", p.Status())
+			p.Resize(2) // unstick, so the bubble can end
+			<-stopped
+		}
+	})
+}
+
+// Same as above, but the tasks panic and the panic handler calls
+// runtime.Goexit (as t.Fatal would), which the docs allow: "The pool keeps
+// its full capacity either way, even if h calls runtime.Goexit".
+func TestAttackResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+		release := make(chan struct{})
+		for range 2 {
+			if err := p.Submit(func() { <-release; panic("boom") }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		if s := p.Status(); s.Workers != 1 {
+			t.Errorf("Workers = %d after Resize(1) and both tasks ended, want 1", s.Workers)
+		}
+		done := make(chan struct{})
+		go func() { _ = p.SubmitWait(func() {}); close(done) }()
+		if !waitOrTimeout(done, time.Hour) {
+			t.Errorf("SubmitWait blocked for an hour (fake clock) on a running pool; status %+v", p.Status())
+			p.Resize(2)
+			<-done
+		}
+		p.StopWait()
+	})
+}
+
+// With the default idle timeout the stall ends when the reaper quits the
+// idle surplus worker: measure how long a task waits.
+func TestAttackResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.StopWait()
+		release := make(chan struct{})
+		for range 2 {
+			_ = p.Submit(func() { <-release; runtime.Goexit() })
+		}
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		start := time.Now()
+		if err := p.SubmitWait(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 0 {
+			t.Errorf("a task on a pool with idle workers waited %v (fake clock) before it started; workers now %d", waited, p.Status().Workers)
+		}
+	})
+}
+
+// AttackResizeDownRace: the busy tasks end just as the pool applies
+// Resize(1) (they spin until Size() says 1). Promise: busy surplus workers
+// exit as their task ends, "also when nothing else happens afterwards".
+func TestAttackResizeDownRacingTaskEnds(t *testing.T) {
+	rounds := 200
+	bad := 0
+	for r := range rounds {
+		func() {
+			const n = 4
+			p := workerpool.New(n, workerpool.WithIdleTimeout(-1))
+			defer func() {
+				p.Resize(n) // unstick whatever the round left
+				p.Stop()
+			}()
+			var started sync.WaitGroup
+			started.Add(n)
+			for range n {
+				_ = p.Submit(func() {
+					started.Done()
+					for p.Size() != 1 {
+						runtime.Gosched()
+					}
+				})
+			}
+			started.Wait()
+			p.Resize(1)
+			// Let everything settle on the real clock.
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) {
+				if s := p.Status(); s.Workers == 1 && s.Busy == 0 {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			s := p.Status()
+			bad++
+			if bad <= 3 {
+				t.Errorf("round %d: 2s after Resize(1) with every task ended: Workers=%d Busy=%d Idle=%d MaxWorkers=%d", r, s.Workers, s.Busy, s.Idle, s.MaxWorkers)
+			}
+			// And does a new task start?
+			ran := make(chan struct{})
+			_ = p.Submit(func() { close(ran) })
+			if !waitOrTimeout(ran, time.Second) && bad <= 3 {
+				t.Errorf("round %d: a new task did not start within 1s; status %+v", r, p.Status())
+			}
+		}()
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds left surplus idle workers", bad, rounds)
+	}
+}
+
+// AttackLocalClosePanicHandlerGoexit: a Local's close panics, and the panic
+// handler calls runtime.Goexit (as t.Fatal does). Documented: "a panic in
+// close goes to the panic handler"; the handler may call Goexit and "the pool
+// keeps its full capacity either way". Promise: Stop returns, every state is
+// closed exactly once, and every goroutine the pool started has exited.
+// Real clock: Stop never returns here, so no bubble could end.
+func TestAttackLocalClosePanicHandlerGoexitOnStop(t *testing.T) {
+	var closes atomic.Int32
+	const giveUpAfter = 1000 // close stops panicking after this many calls, to end the loop
+	local := workerpool.NewLocal(func() (int, error) { return 1, nil }, func(int) {
+		if closes.Add(1) > giveUpAfter {
+			return
+		}
+		panic("close failed")
+	})
+	p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+	if _, err := workerpool.CallWith(context.Background(), p, local, func(context.Context, int) (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { p.Stop(); close(stopped) }()
+	if !waitOrTimeout(stopped, 2*time.Second) {
+		t.Errorf("Stop did not return within 2s")
+	}
+	if n := closes.Load(); n != 1 {
+		t.Errorf("the one state was closed %d times, want 1", n)
+	}
+	if s := p.Status(); s.Workers != 0 {
+		t.Errorf("after Stop: Workers = %d, want 0 (Busy %d, Idle %d, State %v)", s.Workers, s.Busy, s.Idle, s.State)
+	}
+}
+
+// Same on a worker reaped when idle (close panics, handler calls Goexit).
+// Promise: the reaped worker is gone and its state closed once; states are
+// handed only to tasks of live workers; 0 <= Busy <= Workers; Stop returns.
+func TestAttackLocalClosePanicHandlerGoexitOnReap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var closes, opens atomic.Int32
+		closed := map[int]bool{}
+		var mu sync.Mutex
+		local := workerpool.NewLocal(func() (int, error) { return int(opens.Add(1)), nil }, func(x int) {
+			mu.Lock()
+			closed[x] = true
+			mu.Unlock()
+			if closes.Add(1) > 50 {
+				return // end the loop, so the bubble can end
+			}
+			panic("close failed")
+		})
+		p := workerpool.New(1, workerpool.WithIdleTimeout(time.Second),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+		if _, err := workerpool.CallWith(context.Background(), p, local, func(context.Context, int) (int, error) { return 0, nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // past two idle timeouts: reaped
+		synctest.Wait()
+		if s := p.Status(); s.Workers != 0 || closes.Load() != 1 {
+			t.Errorf("after reaping: Workers=%d, closes=%d; want 0 and 1", s.Workers, closes.Load())
+		}
+		var inTask workerpool.Status
+		x, err := workerpool.CallWith(context.Background(), p, local, func(_ context.Context, x int) (int, error) {
+			inTask = p.Status()
+			return x, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if closed[x] {
+			t.Errorf("a task was handed state %d, which close had already closed (opens=%d)", x, opens.Load())
+		}
+		mu.Unlock()
+		if inTask.Busy > inTask.Workers {
+			t.Errorf("Status from inside the task: Busy=%d > Workers=%d", inTask.Busy, inTask.Workers)
+		}
+		p.Stop()
+		if closes.Load() != opens.Load() {
+			t.Errorf("opened %d states, close called %d times", opens.Load(), closes.Load())
+		}
+		if s := p.Status(); s.Workers != 0 {
+			t.Errorf("after Stop: Workers = %d, want 0", s.Workers)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Stop hammer: many submitters, every submission method, on the pool and on
+// a sub-pool, racing Stop / StopWait / Shutdown (done ctx, short deadline) /
+// Stop during StopWait, on an unbounded queue.
+
+type hammerKind int
+
+const (
+	hSubmit hammerKind = iota
+	hSubmitCtx
+	hTrySubmit
+	hSubmitWait
+	hSubmitKey
+	hCall
+	hCallWith
+	hLocalSubmit
+	hGo
+	hGroupGo
+	hMap
+	hKinds
+)
+
+var hammerNames = [...]string{"Submit", "SubmitCtx", "TrySubmit", "SubmitWait", "SubmitKey", "Call", "CallWith", "Local.Submit", "Go", "Group.Go", "Map"}
+
+// fireAndForget reports whether a kind's accepted tasks, if dropped, must
+// come back from Stop.
+func (k hammerKind) fireAndForget() bool {
+	return k == hSubmit || k == hSubmitCtx || k == hTrySubmit || k == hSubmitKey || k == hLocalSubmit
+}
+
+type hammerRecord struct {
+	kind     hammerKind
+	sub      bool
+	afterRet bool  // the call began after the stop call had returned
+	err      error // what the submission (or its waiter) said
+	waited   bool  // err is the task's outcome (the call waited for it)
+}
+
+type hammer struct {
+	p        *workerpool.Pool
+	s        *workerpool.Subpool
+	local    *workerpool.Local[int]
+	ran      []atomic.Int32
+	returned []atomic.Int32
+	recs     []hammerRecord
+	next     atomic.Int64
+	// collecting is set while the test runs the tasks Stop returned.
+	collecting atomic.Bool
+	stopRet    atomic.Bool
+}
+
+func (h *hammer) task(id int) func() {
+	return func() {
+		if h.collecting.Load() {
+			h.returned[id].Add(1)
+			return
+		}
+		h.ran[id].Add(1)
+	}
+}
+
+func (h *hammer) submitOne(kind hammerKind, onSub bool) {
+	id := int(h.next.Add(1) - 1)
+	if id >= len(h.recs) {
+		return
+	}
+	var to workerpool.Submitter = h.p
+	if onSub {
+		to = h.s
+	}
+	rec := hammerRecord{kind: kind, sub: onSub, afterRet: h.stopRet.Load()}
+	ctx := context.Background()
+	fn := h.task(id)
+	switch kind {
+	case hSubmit:
+		rec.err = to.Submit(fn)
+	case hSubmitCtx:
+		rec.err = to.SubmitCtx(ctx, fn)
+	case hTrySubmit:
+		rec.err = to.TrySubmit(fn)
+	case hSubmitWait:
+		rec.err, rec.waited = to.SubmitWait(fn), true
+	case hSubmitKey:
+		rec.err = to.SubmitKey([]string{"a", "b", "c"}[id%3], fn)
+	case hCall:
+		_, rec.err = workerpool.Call(ctx, to, func(context.Context) (int, error) { fn(); return 0, nil })
+		rec.waited = true
+	case hCallWith:
+		_, rec.err = workerpool.CallWith(ctx, to, h.local, func(context.Context, int) (int, error) { fn(); return 0, nil })
+		rec.waited = true
+	case hLocalSubmit:
+		rec.err = h.local.Submit(to, func(int) { fn() })
+	case hGo:
+		_, rec.err = workerpool.Go(to, func() (int, error) { fn(); return 0, nil }).Wait()
+		rec.waited = true
+	case hGroupGo:
+		var g *workerpool.Group
+		if onSub {
+			g = h.s.Group(ctx)
+		} else {
+			g = h.p.Group(ctx)
+		}
+		g.Go(func(context.Context) error { fn(); return nil })
+		rec.err, rec.waited = g.Wait(), true
+	case hMap:
+		_, rec.err = workerpool.Map(ctx, to, []int{0}, func(context.Context, int) (int, error) { fn(); return 0, nil })
+		rec.waited = true
+	}
+	h.recs[id] = rec
+}
+
+type stopMode int
+
+const (
+	modeStop stopMode = iota
+	modeStopWait
+	modeShutdownDone
+	modeShutdownDeadline
+	modeStopDuringStopWait
+	modeAllAtOnce
+	stopModes
+)
+
+var stopModeNames = [...]string{"Stop", "StopWait", "ShutdownDone", "ShutdownDeadline", "StopDuringStopWait", "AllAtOnce"}
+
+// stopPool stops p as mode says, and returns the tasks handed back.
+func stopPool(p *workerpool.Pool, mode stopMode) (back []func(), errs []error) {
+	switch mode {
+	case modeStop:
+		back = p.Stop()
+	case modeStopWait:
+		p.StopWait()
+	case modeShutdownDone:
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var err error
+		back, err = p.Shutdown(ctx)
+		errs = append(errs, err)
+	case modeShutdownDeadline:
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+		defer cancel()
+		var err error
+		back, err = p.Shutdown(ctx)
+		errs = append(errs, err)
+	case modeStopDuringStopWait:
+		done := make(chan struct{})
+		go func() { p.StopWait(); close(done) }()
+		runtime.Gosched()
+		back = p.Stop()
+		<-done
+	case modeAllAtOnce:
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Microsecond)
+		defer cancel()
+		wg.Go(func() { b := p.Stop(); mu.Lock(); back = append(back, b...); mu.Unlock() })
+		wg.Go(func() { p.StopWait() })
+		wg.Go(func() {
+			b, err := p.Shutdown(ctx)
+			mu.Lock()
+			back = append(back, b...)
+			errs = append(errs, err)
+			mu.Unlock()
+		})
+		wg.Wait()
+	}
+	return back, errs
+}
+
+// poolGoroutines returns the stacks of goroutines running the pool's code
+// (not the test's), but those whose ids are in before: goroutines of pools
+// that earlier tests left stuck.
+func poolGoroutines(before ...map[string]bool) []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range bytesSplit(string(buf), "\n\n") {
+		id := g
+		if i := indexOf(g, " ["); i >= 0 {
+			id = g[:i]
+		}
+		if len(before) > 0 && before[0][id] {
+			continue
+		}
+		if containsAny(g, "created by github.com/dispatchkit/workerpool.", "workerpool.(*Pool).runWorker", "workerpool.(*dispatcher).run", "workerpool.(*Pool).clock", "workerpool.(*dispatcher).watchDeadline") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// poolGoroutineIDs returns the ids of the goroutines running the pool's
+// code now.
+func poolGoroutineIDs() map[string]bool {
+	ids := map[string]bool{}
+	for _, g := range poolGoroutines() {
+		if i := indexOf(g, " ["); i >= 0 {
+			ids[g[:i]] = true
+		}
+	}
+	return ids
+}
+
+func bytesSplit(s, sep string) []string {
+	var out []string
+	for {
+		i := indexOf(s, sep)
+		if i < 0 {
+			return append(out, s)
+		}
+		out = append(out, s[:i])
+		s = s[i+len(sep):]
+	}
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, x := range subs {
+		if indexOf(s, x) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTasks int, r int, kinds []hammerKind, opts ...workerpool.Option) (problems []string, lostLocal int) {
+	before := poolGoroutineIDs()
+	h := &hammer{
+		p:        workerpool.New(workers, append([]workerpool.Option{workerpool.WithPanicHandler(func(pe *workerpool.PanicError) { t.Errorf("panic: %v", pe) })}, opts...)...),
+		local:    workerpool.NewLocal(func() (int, error) { return 1, nil }, nil),
+		ran:      make([]atomic.Int32, maxTasks),
+		returned: make([]atomic.Int32, maxTasks),
+		recs:     make([]hammerRecord, maxTasks),
+	}
+	h.s = h.p.Subpool("s", workers)
+	var wg sync.WaitGroup
+	var afterCalls atomic.Int64
+	for g := range submitters {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				if h.next.Load() >= int64(maxTasks) {
+					return
+				}
+				kind := kinds[(g+i)%len(kinds)]
+				if h.stopRet.Load() {
+					if afterCalls.Add(1) > int64(4*submitters*int(hKinds)) {
+						return
+					}
+				}
+				h.submitOne(kind, (i+g)%2 == 1)
+			}
+		})
+	}
+	// Stop mid-stream.
+	for h.next.Load() < int64(maxTasks/8) {
+		runtime.Gosched()
+	}
+	back, errs := stopPool(h.p, mode)
+	h.stopRet.Store(true)
+	s0 := h.p.Status()
+	goroutinesLeft := poolGoroutines(before)
+	wg.Wait()
+	s1 := h.p.Status()
+	// The tasks Stop or Shutdown handed back.
+	h.collecting.Store(true)
+	for _, f := range back {
+		f()
+	}
+	h.collecting.Store(false)
+
+	n := min(int(h.next.Load()), maxTasks)
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf("[%s round %d] ", stopModeNames[mode], r)+fmt.Sprintf(format, args...))
+	}
+	accepted := 0
+	for id := range n {
+		rec := h.recs[id]
+		ran, ret := h.ran[id].Load(), h.returned[id].Load()
+		where := map[bool]string{false: "pool", true: "subpool"}[rec.sub]
+		if rec.afterRet && rec.err != workerpool.ErrStopped {
+			bad("%s on the %s, called after the stop returned, got %v, want ErrStopped (ran %d)", hammerNames[rec.kind], where, rec.err, ran)
+		}
+		if ran > 1 || ret > 1 || ran+ret > 1 {
+			bad("%s task %d ran %d times, returned %d times", hammerNames[rec.kind], id, ran, ret)
+		}
+		switch {
+		case rec.err == nil:
+			accepted++
+			if mode == modeStopWait && ran != 1 {
+				bad("%s task accepted before StopWait, never ran", hammerNames[rec.kind])
+			}
+			if rec.waited && ran != 1 {
+				bad("%s on the %s returned nil but its task ran %d times", hammerNames[rec.kind], where, ran)
+			}
+			if !rec.waited && ran+ret != 1 {
+				if rec.kind == hLocalSubmit {
+					lostLocal++
+				} else {
+					bad("%s on the %s: accepted task neither ran nor came back from Stop (ran %d returned %d)", hammerNames[rec.kind], where, ran, ret)
+				}
+			}
+		case errors.Is(rec.err, workerpool.ErrQueueFull):
+			if ran != 0 {
+				bad("%s on the %s returned ErrQueueFull but its task ran", hammerNames[rec.kind], where)
+			}
+		case errors.Is(rec.err, workerpool.ErrStopped):
+			if ran != 0 {
+				bad("%s on the %s returned ErrStopped but its task ran", hammerNames[rec.kind], where)
+			}
+		default:
+			bad("%s on the %s: unexpected error %v", hammerNames[rec.kind], where, rec.err)
+		}
+	}
+	if s1.Submitted != s0.Submitted {
+		bad("Status.Submitted rose after the stop returned: %d -> %d", s0.Submitted, s1.Submitted)
+	}
+	if s1.Submitted != s1.Completed+s1.Abandoned+s1.Canceled+uint64(s1.Waiting)+uint64(s1.Busy) {
+		bad("at rest after the stop: Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d", s1.Submitted, s1.Completed, s1.Abandoned, s1.Canceled, s1.Waiting, s1.Busy)
+	}
+	if s0.State != workerpool.Stopped || s0.Workers != 0 || s0.Busy != 0 {
+		bad("after the stop returned: State %v Workers %d Busy %d", s0.State, s0.Workers, s0.Busy)
+	}
+	if len(goroutinesLeft) > 0 {
+		// "or has at most its return left to do": look again shortly.
+		time.Sleep(10 * time.Millisecond)
+		if left := poolGoroutines(before); len(left) > 0 {
+			bad("%d pool goroutines left after the stop returned, e.g.\n%s", len(left), left[0])
+		}
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && err != workerpool.ErrStopped {
+			bad("Shutdown returned %v", err)
+		}
+	}
+	if mode == modeStopWait && s1.Abandoned != 0 {
+		bad("StopWait alone abandoned %d tasks", s1.Abandoned)
+	}
+	_ = accepted
+	return problems, lostLocal
+}
+
+var allKinds = []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hCallWith, hLocalSubmit, hGo, hGroupGo, hMap}
+
+func TestAttackStopHammer(t *testing.T) {
+	stopHammer(t, 6, 24, 6000, allKinds)
+}
+
+// Only the submissions that do not wait, at full speed: the window between
+// a submitter's check of the pool and its send.
+func TestAttackStopHammerFast(t *testing.T) {
+	stopHammer(t, 10, 64, 20000, []hammerKind{hSubmit, hSubmit, hSubmit, hSubmitCtx, hTrySubmit, hSubmitKey})
+}
+
+// The same on a bounded queue, under each overflow policy.
+func TestAttackStopHammerBounded(t *testing.T) {
+	for _, o := range []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns} {
+		t.Run(o.String(), func(t *testing.T) {
+			stopHammer(t, 4, 24, 4000, []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hGo}, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(o))
+		})
+	}
+}
+
+func stopHammer(t *testing.T, rounds, submitters, maxTasks int, kinds []hammerKind, opts ...workerpool.Option) {
+	if testing.Short() {
+		rounds = 2
+	}
+	var problems []string
+	counts := map[string]int{}
+	lost, lostRounds := 0, 0
+	for mode := range stopModes {
+		for r := range rounds {
+			got, lostLocal := runStopHammer(t, mode, 1+r%4, submitters, maxTasks, r, kinds, opts...)
+			if len(got) > 0 {
+				counts[stopModeNames[mode]]++
+			}
+			if lostLocal > 0 {
+				lost += lostLocal
+				lostRounds++
+			}
+			problems = append(problems, got...)
+		}
+	}
+	seen := map[string]int{}
+	for _, pr := range problems {
+		key := pr
+		if i := indexOf(pr, "] "); i >= 0 {
+			key = pr[i+2:]
+		}
+		if len(key) > 90 {
+			key = key[:90]
+		}
+		seen[key]++
+		if seen[key] <= 2 {
+			t.Error(pr)
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("rounds with problems per mode (of %d): %v", rounds, counts)
+	}
+	if lost > 0 {
+		t.Errorf("%d Local.Submit tasks (in %d of %d rounds) were accepted, then dropped by the stop: not run, not handed back by Stop or Shutdown, reported to no one", lost, lostRounds, rounds*int(stopModes))
+	}
+}
+
+// Minimal: a Local.Submit task waiting in the queue when Stop comes is
+// dropped (Status.Abandoned counts it) but Stop does not return it, no
+// panic handler hears of it, and it never runs. Pool.Submit's would be
+// returned. Guarantee 2: "Every accepted task runs exactly once, or is
+// handed back by Stop, or is reported to its waiting caller as not run.
+// Nothing is lost silently."
+func TestAttackStopDropsALocalSubmitTaskSilently(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var handled atomic.Int32
+		p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { handled.Add(1) }))
+		local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
+		release := make(chan struct{})
+		if err := p.Submit(func() { <-release }); err != nil {
+			t.Fatal(err)
+		}
+		var ran atomic.Bool
+		if err := local.Submit(p, func(int) { ran.Store(true) }); err != nil {
+			t.Fatal(err)
+		}
+		plain := func() {}
+		if err := p.Submit(plain); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		go func() { time.Sleep(time.Second); close(release) }()
+		back := p.Stop()
+		s := p.Status()
+		t.Logf("Stop returned %d task(s); Abandoned=%d; handler calls=%d; ran=%v", len(back), s.Abandoned, handled.Load(), ran.Load())
+		if s.Abandoned == 2 && len(back) == 1 && !ran.Load() && handled.Load() == 0 {
+			t.Errorf("the Local.Submit task was accepted (Submit returned nil), dropped by Stop, and lost: Stop returned only the plain task")
+		}
+	})
+}
+
+// AttackSkippedTaskAccounting: a Call whose ctx ends just as a worker comes
+// free may be taken from the hand-off buffer by the worker after its
+// submitter gave up: the worker skips it. Promises then: Pause returns once
+// the tasks handed out before it have finished (none is running), and an
+// idle worker is reaped within two idle timeouts. (synctest.Test fails the
+// outer test at the first failing bubble, so rounds report by value.)
+func TestAttackCallGivenUpAsAWorkerTakesIt(t *testing.T) {
+	rounds := 300
+	pauseStuck, notReaped, skippedSeen := 0, 0, 0
+	var first []string
+	for range rounds {
+		synctest.Test(t, func(*testing.T) {
+			const workers, calls = 4, 16
+			p := workerpool.New(workers, workerpool.WithIdleTimeout(time.Second))
+			defer p.Stop()
+			for range workers {
+				_ = p.Submit(func() { time.Sleep(time.Second) })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var ran atomic.Int32
+			var wg sync.WaitGroup
+			for range calls {
+				wg.Go(func() {
+					_, _ = workerpool.Call(ctx, p, func(context.Context) (int, error) { ran.Add(1); return 0, nil })
+				})
+			}
+			wg.Wait()
+			synctest.Wait()
+			// Every Call either ran or was counted Canceled; the pool is at rest.
+			if s := p.Status(); s.Canceled == 0 || s.Busy != 0 {
+				return
+			}
+			skippedSeen++
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Hour)
+			defer pcancel()
+			start := time.Now()
+			p.Pause(pctx)
+			if d := time.Since(start); d > 0 {
+				pauseStuck++
+				if pauseStuck == 1 {
+					first = append(first, fmt.Sprintf("Pause on a pool with no task running returned only when its ctx ended, after %v (fake clock); status %+v", d, p.Status()))
+				}
+			}
+			pcancel()
+			time.Sleep(3 * time.Second) // past two idle timeouts
+			synctest.Wait()
+			if w := p.Status().Workers; w != 0 {
+				notReaped++
+				if notReaped == 1 {
+					first = append(first, fmt.Sprintf("an idle worker was not reaped within two idle timeouts (3s of 1s timeouts): Workers=%d", w))
+				}
+			}
+		})
+	}
+	t.Logf("rounds %d, Call given up without running %d, Pause stuck %d, not reaped %d", rounds, skippedSeen, pauseStuck, notReaped)
+	for _, f := range first {
+		t.Error(f)
+	}
+	if pauseStuck+notReaped > 0 {
+		t.Errorf("Pause stuck in %d/%d rounds, worker not reaped in %d/%d rounds", pauseStuck, rounds, notReaped, rounds)
+	}
+}
+
+// AttackStatusRange: a monitor takes snapshots of the pool's and a
+// sub-pool's Status while everything churns at once: submissions of every
+// kind (some panicking, some calling Goexit, keyed, Calls whose ctx ends,
+// Groups cancelled), Resize up and down, Pause, reaping on a 1ms idle
+// timeout, a bounded queue under Reject. Every snapshot must be in range and
+// no counter may fall; at rest after StopWait the counters balance.
+func TestAttackStatusRangeUnderChurn(t *testing.T) {
+	const bound = 16
+	p := workerpool.New(4, workerpool.WithIdleTimeout(time.Millisecond), workerpool.WithMaxWaiting(bound),
+		workerpool.WithOverflow(workerpool.Reject), workerpool.WithMinWorkers(1),
+		workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+	s := p.Subpool("s", 2)
+	stop := make(chan struct{})
+	var problems sync.Map
+	report := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		key := msg
+		if len(key) > 60 {
+			key = key[:60]
+		}
+		problems.LoadOrStore(key, msg)
+	}
+	check := func(who string, prev, cur workerpool.Status, isSub bool) {
+		if !isSub {
+			if cur.Busy < 0 || cur.Busy > cur.Workers {
+				report("%s: Busy %d Workers %d", who, cur.Busy, cur.Workers)
+			}
+			if cur.Idle != cur.Workers-cur.Busy {
+				report("%s: Idle %d != Workers %d - Busy %d", who, cur.Idle, cur.Workers, cur.Busy)
+			}
+			if cur.Workers > cur.PeakWorkers {
+				report("%s: Workers %d > PeakWorkers %d", who, cur.Workers, cur.PeakWorkers)
+			}
+			if cur.Workers > 4 {
+				report("%s: Workers %d > 4 ever", who, cur.Workers)
+			}
+		}
+		if cur.Waiting < 0 || cur.Waiting > cur.PeakWaiting || cur.PeakWaiting > bound {
+			report("%s: Waiting %d PeakWaiting %d bound %d", who, cur.Waiting, cur.PeakWaiting, bound)
+		}
+		if cur.Completed > cur.Submitted || cur.Panicked > cur.Completed {
+			report("%s: Panicked %d Completed %d Submitted %d", who, cur.Panicked, cur.Completed, cur.Submitted)
+		}
+		type c struct {
+			name      string
+			prev, cur uint64
+		}
+		for _, x := range []c{
+			{"Submitted", prev.Submitted, cur.Submitted}, {"Completed", prev.Completed, cur.Completed},
+			{"Panicked", prev.Panicked, cur.Panicked}, {"Rejected", prev.Rejected, cur.Rejected},
+			{"Abandoned", prev.Abandoned, cur.Abandoned}, {"Canceled", prev.Canceled, cur.Canceled},
+			{"PeakWorkers", uint64(prev.PeakWorkers), uint64(cur.PeakWorkers)},
+			{"PeakWaiting", uint64(prev.PeakWaiting), uint64(cur.PeakWaiting)},
+		} {
+			if x.cur < x.prev {
+				report("%s: %s fell from %d to %d", who, x.name, x.prev, x.cur)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			var pp, sp workerpool.Status
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runtime.Gosched()
+				ps, ss := p.Status(), s.Status()
+				check("pool", pp, ps, false)
+				check("subpool", sp, ss, true)
+				pp, sp = ps, ss
+			}
+		})
+	}
+	var churn sync.WaitGroup
+	for g := range 6 {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var to workerpool.Submitter = p
+				if (i+g)%3 == 0 {
+					to = s
+				}
+				switch (i + g) % 8 {
+				case 0:
+					_ = to.Submit(func() {})
+				case 1:
+					_ = to.Submit(func() { panic("x") })
+				case 2:
+					_ = to.Submit(func() { runtime.Goexit() })
+				case 3:
+					_ = to.SubmitKey("k", func() { time.Sleep(10 * time.Microsecond) })
+				case 4:
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%50)*time.Microsecond)
+					_, _ = workerpool.Call(ctx, to, func(ctx context.Context) (int, error) { return 0, nil })
+					cancel()
+				case 5:
+					ctx, cancel := context.WithCancel(context.Background())
+					grp := p.Group(ctx)
+					for range 4 {
+						grp.Go(func(context.Context) error { return nil })
+					}
+					cancel()
+					_ = grp.Wait()
+				case 6:
+					_ = to.SubmitWait(func() {})
+				case 7:
+					_ = to.TrySubmit(func() { time.Sleep(time.Microsecond) })
+				}
+			}
+		})
+	}
+	churn.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			switch i % 4 {
+			case 0:
+				p.Resize(1 + (i/4)%4)
+			case 1:
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Microsecond)
+				p.Pause(ctx)
+				cancel()
+			case 2:
+				s.Resize(1 + i%3)
+			case 3:
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+	})
+	time.Sleep(time.Second)
+	close(stop)
+	churn.Wait()
+	wg.Wait()
+	p.Resize(4)
+	done := make(chan struct{})
+	go func() { p.StopWait(); close(done) }()
+	if !waitOrTimeout(done, 5*time.Second) {
+		t.Fatalf("StopWait did not return in 5s; status %+v", p.Status())
+	}
+	st, ss := p.Status(), s.Status()
+	if st.Submitted != st.Completed+st.Abandoned+st.Canceled+uint64(st.Waiting)+uint64(st.Busy) {
+		t.Errorf("pool at rest: Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+			st.Submitted, st.Completed, st.Abandoned, st.Canceled, st.Waiting, st.Busy)
+	}
+	if ss.Submitted != ss.Completed+ss.Abandoned+ss.Canceled+uint64(ss.Waiting)+uint64(ss.Busy) {
+		t.Errorf("subpool at rest: Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+			ss.Submitted, ss.Completed, ss.Abandoned, ss.Canceled, ss.Waiting, ss.Busy)
+	}
+	problems.Range(func(_, v any) bool { t.Error(v); return true })
+	t.Logf("pool %+v", st)
+}
+
+// ---------------------------------------------------------------------------
+// Local under churn.
+
+type stateTracker struct {
+	mu       sync.Mutex
+	opened   int
+	closedN  map[int]int
+	inUse    map[int]bool
+	problems []string
+	failOpen atomic.Int32 // every n-th open fails (0: none)
+	panicOp  atomic.Int32 // every n-th open panics
+	blockOp  chan struct{}
+}
+
+func newStateTracker() *stateTracker {
+	return &stateTracker{closedN: map[int]int{}, inUse: map[int]bool{}}
+}
+
+func (s *stateTracker) bad(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.problems) < 20 {
+		s.problems = append(s.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *stateTracker) local() *workerpool.Local[int] {
+	return workerpool.NewLocal(func() (int, error) {
+		if s.blockOp != nil {
+			<-s.blockOp
+		}
+		s.mu.Lock()
+		s.opened++
+		id := s.opened
+		s.mu.Unlock()
+		if n := s.failOpen.Load(); n > 0 && id%int(n) == 0 {
+			s.mu.Lock()
+			s.closedN[id] = -1 // never made
+			s.mu.Unlock()
+			return 0, fmt.Errorf("open %d failed", id)
+		}
+		if n := s.panicOp.Load(); n > 0 && id%int(n) == 0 {
+			s.mu.Lock()
+			s.closedN[id] = -1
+			s.mu.Unlock()
+			panic(fmt.Sprintf("open %d panicked", id))
+		}
+		return id, nil
+	}, func(id int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inUse[id] {
+			s.problems = append(s.problems, fmt.Sprintf("state %d closed while a task holds it", id))
+		}
+		s.closedN[id]++
+	})
+}
+
+func (s *stateTracker) use(id int, d time.Duration) {
+	s.mu.Lock()
+	if s.inUse[id] {
+		s.problems = append(s.problems, fmt.Sprintf("state %d handed to two tasks at once", id))
+	}
+	if s.closedN[id] != 0 {
+		s.problems = append(s.problems, fmt.Sprintf("state %d handed to a task after close (%d)", id, s.closedN[id]))
+	}
+	s.inUse[id] = true
+	s.mu.Unlock()
+	time.Sleep(d)
+	s.mu.Lock()
+	s.inUse[id] = false
+	s.mu.Unlock()
+}
+
+// live returns how many states were made and not yet closed, and checks
+// that none was closed twice.
+func (s *stateTracker) live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id := 1; id <= s.opened; id++ {
+		switch c := s.closedN[id]; {
+		case c == 0:
+			n++
+		case c > 1:
+			if len(s.problems) < 20 {
+				s.problems = append(s.problems, fmt.Sprintf("state %d closed %d times", id, c))
+			}
+		}
+	}
+	return n
+}
+
+// On the fake clock, with real parallelism: CallWith and Local.Submit from
+// many goroutines, tasks that panic or Goexit, opens that fail or panic,
+// Resize up and down, reaping, a Stop variant at the end. Checks: one task
+// at a time per state; never used after close; never closed under a task;
+// at rest, live states <= workers, and after reaping they follow the
+// workers down; every state closed exactly once when the stop returns.
+func TestAttackLocalChurn(t *testing.T) {
+	var results []string
+	for _, stop := range []string{"Stop", "StopWait", "ShutdownDeadline", "ShutdownDone"} {
+		for round := range 10 {
+			synctest.Test(t, func(*testing.T) {
+				st := newStateTracker()
+				st.failOpen.Store(7)
+				st.panicOp.Store(11)
+				local := st.local()
+				p := workerpool.New(6, workerpool.WithIdleTimeout(time.Second), workerpool.WithMinWorkers(1),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+				var wg sync.WaitGroup
+				for g := range 8 {
+					wg.Go(func() {
+						for i := range 30 {
+							d := time.Duration((g*7+i*3)%50) * time.Millisecond
+							switch (g + i + round) % 5 {
+							case 0, 1:
+								_, _ = workerpool.CallWith(context.Background(), p, local, func(_ context.Context, id int) (int, error) {
+									st.use(id, d)
+									return id, nil
+								})
+							case 2:
+								_ = local.Submit(p, func(id int) { st.use(id, d) })
+							case 3:
+								_ = local.Submit(p, func(id int) { st.use(id, d); panic("task panics") })
+							case 4:
+								_ = local.Submit(p, func(id int) { st.use(id, d); runtime.Goexit() })
+							}
+							if i%10 == 9 {
+								time.Sleep(time.Duration(g) * 300 * time.Millisecond)
+							}
+						}
+					})
+				}
+				wg.Go(func() {
+					for i := range 6 {
+						time.Sleep(150 * time.Millisecond)
+						p.Resize(2 + (i*5+round)%5)
+					}
+					p.Resize(6)
+				})
+				wg.Wait()
+				synctest.Wait()
+				s := p.Status()
+				if live := st.live(); live > s.Workers {
+					results = append(results, fmt.Sprintf("[%s %d] at rest: %d live states > %d workers", stop, round, live, s.Workers))
+				}
+				time.Sleep(3 * time.Second) // reaped to MinWorkers
+				synctest.Wait()
+				s = p.Status()
+				if live := st.live(); live > s.Workers || s.Workers != 1 {
+					results = append(results, fmt.Sprintf("[%s %d] after reaping: %d live states, %d workers (min 1)", stop, round, live, s.Workers))
+				}
+				// A last burst, then stop with busy workers.
+				for range 6 {
+					_ = local.Submit(p, func(id int) { st.use(id, time.Second) })
+				}
+				for range 6 {
+					_ = local.Submit(p, func(id int) { st.use(id, time.Second) })
+				}
+				time.Sleep(500 * time.Millisecond)
+				switch stop {
+				case "Stop":
+					p.Stop()
+				case "StopWait":
+					p.StopWait()
+				case "ShutdownDeadline":
+					ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+					_, _ = p.Shutdown(ctx)
+					cancel()
+				case "ShutdownDone":
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					_, _ = p.Shutdown(ctx)
+				}
+				if live := st.live(); live != 0 {
+					results = append(results, fmt.Sprintf("[%s %d] %d states still open when %s returned", stop, round, live, stop))
+				}
+				for _, pr := range st.problems {
+					results = append(results, fmt.Sprintf("[%s %d] %s", stop, round, pr))
+				}
+			})
+		}
+	}
+	for i, r := range results {
+		if i < 15 {
+			t.Error(r)
+		}
+	}
+	if len(results) > 0 {
+		t.Errorf("%d problems", len(results))
+	}
+}
+
+// Stop, and Resize down, while a worker is inside open: the state is made,
+// handed to its task, and closed exactly once when the worker exits.
+func TestAttackLocalStopAndResizeWhileOpenRuns(t *testing.T) {
+	for _, what := range []string{"Stop", "StopWait", "ShutdownDone", "Resize"} {
+		t.Run(what, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStateTracker()
+				st.blockOp = make(chan struct{})
+				local := st.local()
+				p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+				var ran atomic.Int32
+				for range 2 {
+					if err := local.Submit(p, func(id int) { st.use(id, time.Millisecond); ran.Add(1) }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// a third waits in the queue
+				var third atomic.Bool
+				_ = local.Submit(p, func(id int) { third.Store(true) })
+				synctest.Wait() // both workers inside open
+				done := make(chan struct{})
+				go func() {
+					switch what {
+					case "Stop":
+						p.Stop()
+					case "StopWait":
+						p.StopWait()
+					case "ShutdownDone":
+						ctx, cancel := context.WithCancel(context.Background())
+						cancel()
+						_, _ = p.Shutdown(ctx)
+					case "Resize":
+						p.Resize(1)
+					}
+					close(done)
+				}()
+				synctest.Wait()
+				close(st.blockOp)
+				<-done
+				time.Sleep(10 * time.Millisecond) // the tasks' 1ms
+				synctest.Wait()
+				if ran.Load() != 2 {
+					t.Errorf("%d of the 2 running tasks ran", ran.Load())
+				}
+				live := st.live()
+				switch what {
+				case "Resize":
+					if w := p.Status().Workers; w != 1 || live != 1 || !third.Load() {
+						t.Errorf("after Resize(1) during open: Workers %d, live states %d, third ran %v; want 1, 1, true", w, live, third.Load())
+					}
+					p.StopWait()
+					if live := st.live(); live != 0 {
+						t.Errorf("%d states open after StopWait", live)
+					}
+				default:
+					if live != 0 {
+						t.Errorf("%d states open after %s", live, what)
+					}
+				}
+				for _, pr := range st.problems {
+					t.Error(pr)
+				}
+			})
+		})
+	}
+}
+
+// open calls runtime.Goexit (as t.FailNow in a helper would). CallWith
+// promises: "If the worker has none and open fails, fn does not run and
+// CallWith returns open's error"; Goexit is not an error, so what does it
+// return? The pool must go on with full capacity.
+func TestAttackLocalOpenGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		local := workerpool.NewLocal(func() (int, error) {
+			if n.Add(1) == 1 {
+				runtime.Goexit()
+			}
+			return int(n.Load()), nil
+		}, nil)
+		p := workerpool.New(1)
+		defer p.StopWait()
+		var fnRan bool
+		v, err := workerpool.CallWith(context.Background(), p, local, func(_ context.Context, x int) (int, error) { fnRan = true; return x, nil })
+		t.Logf("CallWith when open called Goexit: v=%d err=%v fnRan=%v", v, err, fnRan)
+		v, err = workerpool.CallWith(context.Background(), p, local, func(_ context.Context, x int) (int, error) { return x, nil })
+		if err != nil || v != 2 {
+			t.Errorf("next CallWith: %d, %v; want 2, nil", v, err)
+		}
+		if s := p.Status(); s.Completed != 2 || s.Workers != 1 {
+			t.Errorf("status %+v", s)
+		}
+	})
+}
+
+// A task of pool A uses CallWith on pool B with the same Local: each pool's
+// workers have their own states; both are closed when each pool stops.
+func TestAttackLocalCallWithFromAnotherPoolsTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStateTracker()
+		local := st.local()
+		a, b := workerpool.New(2), workerpool.New(2)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				_, err := workerpool.CallWith(context.Background(), a, local, func(ctx context.Context, outer int) (int, error) {
+					st.use(outer, 0)
+					return workerpool.CallWith(ctx, b, local, func(_ context.Context, inner int) (int, error) {
+						if inner == outer {
+							t.Errorf("pool B's worker got pool A's state %d", inner)
+						}
+						st.use(inner, time.Millisecond)
+						return inner, nil
+					})
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		a.StopWait()
+		b.StopWait()
+		if live := st.live(); live != 0 || st.opened != 4 {
+			t.Errorf("opened %d (want 4: 2 per pool), live %d after both stopped", st.opened, live)
+		}
+		for _, pr := range st.problems {
+			t.Error(pr)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Timings on the fake clock.
+
+type measured struct {
+	name       string
+	sub        bool
+	submitted  time.Time
+	start, end time.Time
+	panicked   bool
+	known      bool // submitted is when the pool accepted it
+}
+
+func timingOf(ds []time.Duration) workerpool.Timing {
+	var t workerpool.Timing
+	for _, d := range ds {
+		t.Count++
+		t.Total += d
+		t.Max = max(t.Max, d)
+		t.Buckets[bucketOf(d)]++
+	}
+	return t
+}
+
+// Every kind of task, with distinct run times, on a pool and a sub-pool,
+// under CallerRuns, with keys, a Pause taking the hand-off buffer back, a
+// Call, a Future, a Map, a panic, a Goexit, a SubmitWait: each task's Wait
+// and Run as the observer and Status give them must be exactly what the
+// task saw on the fake clock.
+func TestAttackTimingsAreExactForEveryKindOfTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var observed []workerpool.TaskTiming
+		p := workerpool.New(2, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(workerpool.CallerRuns),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) {}),
+			workerpool.WithTaskObserver(func(tt workerpool.TaskTiming) {
+				mu.Lock()
+				observed = append(observed, tt)
+				mu.Unlock()
+			}))
+		s := p.Subpool("s", 1)
+		var all []*measured
+		track := func(name string, sub bool, run time.Duration, how func(*measured)) *measured {
+			m := &measured{name: name, sub: sub, known: true}
+			mu.Lock()
+			all = append(all, m)
+			mu.Unlock()
+			return m
+		}
+		body := func(m *measured, run time.Duration) func() {
+			return func() {
+				m.start = time.Now()
+				time.Sleep(run)
+				m.end = time.Now()
+			}
+		}
+		observedFor := func(run time.Duration) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, o := range observed {
+				if o.Run == run {
+					return true
+				}
+			}
+			return false
+		}
+		var wg sync.WaitGroup
+		submit := func(name string, sub bool, run time.Duration, do func(fn func()) error) {
+			m := track(name, sub, run, nil)
+			m.submitted = time.Now()
+			if err := do(body(m, run)); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		// t=0: two run, four wait (the bound), in the hand-off buffer and queue.
+		submit("A", false, 100*time.Millisecond, p.Submit)
+		submit("B", false, 201*time.Millisecond, p.Submit)
+		submit("C key k", false, 302*time.Millisecond, func(f func()) error { return p.SubmitKey("k", f) })
+		submit("D key k", false, 303*time.Millisecond, func(f func()) error { return p.SubmitKey("k", f) })
+		submit("E sub", true, 404*time.Millisecond, s.Submit)
+		wg.Go(func() {
+			m := track("F Call sub", true, 0, nil)
+			m.submitted = time.Now()
+			_, err := workerpool.Call(context.Background(), s, func(context.Context) (int, error) {
+				body(m, 405*time.Millisecond)()
+				return 0, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			if !observedFor(405 * time.Millisecond) {
+				t.Error("Call returned before the observer was called for its task")
+			}
+		})
+		synctest.Wait()
+		// t=10ms: the queue is full: CallerRuns runs it in the submitter.
+		time.Sleep(10 * time.Millisecond)
+		wg.Go(func() { submit("G caller-runs", false, 56*time.Millisecond, p.Submit) })
+		synctest.Wait()
+		// t=20ms: a Pause takes the hand-off buffer back until t=520ms.
+		time.Sleep(10 * time.Millisecond)
+		pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer pcancel()
+		p.Pause(pctx) // returns once A and B have ended
+		<-pctx.Done()
+		synctest.Wait()
+		// Later: a SubmitWait, a Future, a panic, a Goexit, a Map.
+		time.Sleep(2 * time.Second) // everything above has ended
+		wg.Go(func() {
+			submit("H SubmitWait", false, 507*time.Millisecond, p.SubmitWait)
+			if !observedFor(507 * time.Millisecond) {
+				t.Error("SubmitWait returned before the observer was called for its task")
+			}
+		})
+		wg.Go(func() {
+			m := track("I Future", false, 0, nil)
+			m.submitted = time.Now()
+			_, _ = workerpool.Go(p, func() (int, error) { body(m, 508*time.Millisecond)(); return 0, nil }).Wait()
+		})
+		synctest.Wait()
+		{
+			m := track("J panic", false, 0, nil)
+			m.submitted = time.Now()
+			m.panicked = true
+			_ = p.Submit(func() { body(m, 609*time.Millisecond)(); panic("j") })
+		}
+		{
+			m := track("K goexit", false, 0, nil)
+			m.submitted = time.Now()
+			_ = p.Submit(func() { body(m, 610*time.Millisecond)(); runtime.Goexit() })
+		}
+		{
+			ms := []*measured{track("L map 0", false, 0, nil), track("L map 1", false, 0, nil)}
+			for _, m := range ms {
+				m.submitted = time.Now()
+			}
+			wg.Go(func() {
+				_, err := workerpool.Map(context.Background(), p, []int{0, 1}, func(_ context.Context, i int) (int, error) {
+					body(ms[i], time.Duration(711+i)*time.Millisecond)()
+					return i, nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		p.StopWait()
+
+		var waits, runs, subWaits, subRuns []time.Duration
+		for _, m := range all {
+			if m.start.IsZero() {
+				t.Errorf("%s never started", m.name)
+				continue
+			}
+			w, r := m.start.Sub(m.submitted), m.end.Sub(m.start)
+			waits, runs = append(waits, w), append(runs, r)
+			if m.sub {
+				subWaits, subRuns = append(subWaits, w), append(subRuns, r)
+			}
+			found := false
+			for _, o := range observed {
+				if o.Run == r {
+					found = true
+					if o.Wait != w || (o.Subpool != nil) != m.sub || o.Panicked != m.panicked {
+						t.Errorf("%s: observer saw %+v, the task saw wait %v run %v (sub %v, panicked %v)", m.name, o, w, r, m.sub, m.panicked)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s (wait %v run %v): no observer call", m.name, w, r)
+			}
+		}
+		if len(observed) != len(all) {
+			t.Errorf("observer called %d times for %d tasks", len(observed), len(all))
+		}
+		st, sst := p.Status(), s.Status()
+		if want := timingOf(waits); st.Wait != want {
+			t.Errorf("pool Wait:\n got %+v\nwant %+v", st.Wait, want)
+		}
+		if want := timingOf(runs); st.Run != want {
+			t.Errorf("pool Run:\n got %+v\nwant %+v", st.Run, want)
+		}
+		if want := timingOf(subWaits); sst.Wait != want {
+			t.Errorf("sub-pool Wait:\n got %+v\nwant %+v", sst.Wait, want)
+		}
+		if want := timingOf(subRuns); sst.Run != want {
+			t.Errorf("sub-pool Run:\n got %+v\nwant %+v", sst.Run, want)
+		}
+		for _, m := range all {
+			t.Logf("%-14s wait %-8v run %v", m.name, m.start.Sub(m.submitted), m.end.Sub(m.start))
+		}
+	})
+}
+
+// Resize down under a flood of submissions on an unbounded queue: the
+// dispatcher takes up to 64 messages in a row after the Resize before it
+// tells the workers to retire, and a worker that finishes meanwhile parks.
+// Promise: surplus workers drain away as their tasks end, and every task
+// queued runs (no reaping here to rescue it).
+func TestAttackResizeDownUnderAFlood(t *testing.T) {
+	rounds, bad := 100, 0
+	for r := range rounds {
+		func() {
+			const n = 4
+			p := workerpool.New(n, workerpool.WithIdleTimeout(-1))
+			defer func() { p.Resize(n); p.Stop() }()
+			var ran, accepted atomic.Int64 // settle: 1s
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if p.Submit(func() { ran.Add(1) }) == nil {
+							accepted.Add(1)
+						}
+					}
+				})
+			}
+			for ran.Load() < 2000 {
+				runtime.Gosched()
+			}
+			p.Resize(1)
+			close(stop)
+			wg.Wait()
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) && (ran.Load() < accepted.Load() || p.Status().Workers > 1) {
+				time.Sleep(time.Millisecond)
+			}
+			if s := p.Status(); ran.Load() < accepted.Load() || s.Workers > 1 {
+				bad++
+				if bad <= 3 {
+					t.Errorf("round %d: 1s after Resize(1): ran %d of %d accepted; Workers %d Busy %d Waiting %d", r, ran.Load(), accepted.Load(), s.Workers, s.Busy, s.Waiting)
+				}
+				if ran.Load() < accepted.Load() {
+					done := make(chan struct{})
+					go func() { p.StopWait(); close(done) }()
+					if !waitOrTimeout(done, 500*time.Millisecond) {
+						if bad <= 3 {
+							t.Errorf("round %d: and StopWait blocks (0.5s so far); status %+v", r, p.Status())
+						}
+						p.Resize(n) // lets it finish
+						<-done
+					}
+				}
+			}
+		}()
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds stalled or kept surplus workers", bad, rounds)
+	}
+}
+
+// AttackShutdownDeadlineThenResize: a Shutdown's deadline passes, and right
+// after it (strictly after ctx is done) a Resize up or a sub-pool Resize
+// comes in. Promise: "no queued task starts once ctx is done, even one that a
+// worker finishing at that instant would otherwise take". The dispatcher's
+// select may take the Resize before it looks at the deadline; Resize then
+// fills workers from the queue.
+func TestAttackShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
+	for _, how := range []string{"Pool.Resize", "Subpool.Resize"} {
+		t.Run(how, func(t *testing.T) {
+			rounds, bad := 200, 0
+			var example string
+			for range rounds {
+				synctest.Test(t, func(*testing.T) {
+					p := workerpool.New(1)
+					s := p.Subpool("s", 1)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					_ = p.Submit(func() { time.Sleep(10 * time.Second) }) // the one worker stays busy
+					var lateStarts atomic.Int32
+					queued := func() {
+						if ctx.Err() != nil {
+							lateStarts.Add(1)
+						}
+					}
+					for range 4 {
+						if how == "Pool.Resize" {
+							_ = p.Submit(queued)
+						} else {
+							_ = s.Submit(queued)
+						}
+					}
+					synctest.Wait()
+					go func() {
+						<-ctx.Done() // strictly after the deadline
+						if how == "Pool.Resize" {
+							p.Resize(4)
+						} else {
+							p.Resize(4) // room for the sub-pool's tasks...
+							s.Resize(3) // ...and its limit raised
+						}
+					}()
+					_, err := p.Shutdown(ctx)
+					if n := lateStarts.Load(); n > 0 {
+						bad++
+						example = fmt.Sprintf("%d queued task(s) started after the Shutdown ctx was done (Shutdown returned %v); status %+v", n, err, p.Status())
+					}
+				})
+			}
+			if bad > 0 {
+				t.Errorf("%d/%d rounds: %s", bad, rounds, example)
+			}
+		})
+	}
+}
+
+// Guarantee 8: "no worker exits before it has been idle for one [timeout]:
+// not ... nor when one sits in a slow panic handler". The existing test
+// covers a plain Submit's panic; here the panicking task is a Local.Submit
+// task (a waiter internally), whose worker is stamped idle before the
+// handler runs, so the reaper counts it idle and quits the parked worker
+// instead, after 0.2s of idleness.
+func TestAttackSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
+	for _, kind := range []string{"Submit", "Local.Submit"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(10 * time.Second) }))
+				defer p.Stop()
+				local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
+				if kind == "Submit" {
+					_ = p.Submit(func() { panic("a") })
+				} else {
+					_ = local.Submit(p, func(int) { panic("a") })
+				}
+				_ = p.Submit(func() { time.Sleep(2800 * time.Millisecond) }) // the other worker: idle from 2.8s
+				synctest.Wait()
+				time.Sleep(3200 * time.Millisecond) // t=3.2s: the other has been idle 0.4s
+				synctest.Wait()
+				if w := p.Status().Workers; w != 2 {
+					t.Errorf("at t=3.2s a worker idle for 0.4s (timeout 1s) was reaped while the other sat in a slow panic handler: Workers=%d, want 2", w)
+				}
+			})
+		})
+	}
+}
+
+// A Group task whose group's ctx is cancelled after a worker took it but
+// before it began is skipped ("they never run, and Group.Skipped counts
+// them"); Status then counts it in Completed, not Canceled, and the
+// observer reports a run for it. Measures how often that happens.
+func TestAttackSkippedGroupTaskIsTimedAndCompleted(t *testing.T) {
+	rounds := 500
+	skippedButCompleted, skippedButObserved, skippedTotal := 0, 0, 0
+	for range rounds {
+		synctest.Test(t, func(*testing.T) {
+			var observed atomic.Int32
+			p := workerpool.New(1, workerpool.WithTaskObserver(func(workerpool.TaskTiming) { observed.Add(1) }))
+			defer p.StopWait()
+			ctx, cancel := context.WithCancel(context.Background())
+			g := p.Group(ctx)
+			var ran atomic.Bool
+			g.Go(func(context.Context) error { ran.Store(true); return nil })
+			cancel()
+			_ = g.Wait()
+			synctest.Wait()
+			if ran.Load() || g.Skipped() != 1 {
+				return
+			}
+			skippedTotal++
+			s := p.Status()
+			if s.Completed == 1 && s.Canceled == 0 {
+				skippedButCompleted++
+			}
+			if observed.Load() == 1 {
+				skippedButObserved++
+			}
+		})
+	}
+	t.Logf("rounds %d: skipped %d; of them counted Completed (not Canceled) %d, timed by the observer %d", rounds, skippedTotal, skippedButCompleted, skippedButObserved)
+	if skippedButCompleted+skippedButObserved > 0 {
+		t.Errorf("a Group task that never ran (skipped) was counted Completed in %d rounds and reported to the observer as run in %d rounds (of %d)", skippedButCompleted, skippedButObserved, rounds)
+	}
+}
+
+// Tasks that call Goexit, and panics whose handler calls Goexit, racing
+// every kind of stop: each stop returns, leaves no pool goroutine, and
+// Status says Stopped with no worker.
+func TestAttackStopRacingGoexitTasks(t *testing.T) {
+	for mode := range stopModes {
+		for r := range 4 {
+			before := poolGoroutineIDs()
+			p := workerpool.New(1+r%4, workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						switch (g + i) % 3 {
+						case 0:
+							_ = p.Submit(func() { runtime.Goexit() })
+						case 1:
+							_ = p.Submit(func() { panic("x") })
+						case 2:
+							_ = p.SubmitWait(func() { runtime.Goexit() })
+						}
+					}
+				})
+			}
+			for p.Status().Completed < 200 {
+				runtime.Gosched()
+			}
+			done := make(chan struct{})
+			go func() { stopPool(p, mode); close(done) }()
+			if !waitOrTimeout(done, 5*time.Second) {
+				t.Fatalf("[%s %d] the stop did not return in 5s; status %+v", stopModeNames[mode], r, p.Status())
+			}
+			s := p.Status()
+			left := poolGoroutines(before)
+			if len(left) > 0 {
+				time.Sleep(10 * time.Millisecond)
+				left = poolGoroutines(before)
+			}
+			close(stop)
+			wg.Wait()
+			if s.State != workerpool.Stopped || s.Workers != 0 || s.Busy != 0 || len(left) > 0 {
+				t.Errorf("[%s %d] after the stop: %v, Workers %d, Busy %d, %d pool goroutines left", stopModeNames[mode], r, s.State, s.Workers, s.Busy, len(left))
+			}
+		}
+	}
+}
+
+// At rest (after synctest.Wait) the counters balance, for the pool and each
+// sub-pool, after every step of a random mix that FuzzPool does not make:
+// Local.Submit and CallWith (open failing or panicking), Calls and Groups
+// whose ctx ends while they wait or run, Maps, Futures, Pause, Resize.
+func TestAttackStatusBalancesAtRestWithCallsGroupsAndLocals(t *testing.T) {
+	var results []string
+	var results0 string
+	for seed := range 40 {
+		synctest.Test(t, func(*testing.T) {
+			rng := newRand(uint64(seed))
+			var opens atomic.Int32
+			local := workerpool.NewLocal(func() (int, error) {
+				n := opens.Add(1)
+				switch n % 5 {
+				case 3:
+					return 0, errors.New("open failed")
+				case 4:
+					panic("open panicked")
+				}
+				return int(n), nil
+			}, nil)
+			p := workerpool.New(3, workerpool.WithIdleTimeout(time.Second), workerpool.WithMaxWaiting(6),
+				workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+			s := p.Subpool("s", 2)
+			subs := []workerpool.Submitter{p, s}
+			var wg sync.WaitGroup
+			for step := range 60 {
+				to := subs[rng.intn(2)]
+				d := time.Duration(rng.intn(5)) * 100 * time.Millisecond
+				sleep := func() { time.Sleep(d) }
+				switch rng.intn(12) {
+				case 0:
+					_ = to.TrySubmit(sleep)
+				case 1:
+					_ = to.TrySubmit(func() { sleep(); panic("p") })
+				case 2:
+					_ = to.TrySubmit(func() { sleep(); runtime.Goexit() })
+				case 3:
+					wg.Go(func() { _ = local.Submit(to, func(int) { sleep() }) })
+				case 4:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.CallWith(ctx, to, local, func(ctx context.Context, _ int) (int, error) { sleep(); return 0, nil })
+					})
+				case 5:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.Call(ctx, to, func(ctx context.Context) (int, error) { sleep(); return 0, nil })
+					})
+				case 6:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						var g *workerpool.Group
+						if to == workerpool.Submitter(p) {
+							g = p.Group(ctx)
+						} else {
+							g = s.Group(ctx)
+						}
+						for range 3 {
+							g.TryGo(func(context.Context) error { sleep(); return nil })
+						}
+						_ = g.Wait()
+					})
+				case 7:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.Map(ctx, to, []int{1, 2, 3}, func(context.Context, int) (int, error) { sleep(); return 0, nil })
+					})
+				case 8:
+					wg.Go(func() { _, _ = workerpool.Go(to, func() (int, error) { sleep(); return 0, nil }).Wait() })
+				case 9:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+						defer cancel()
+						p.Pause(ctx)
+					})
+				case 10:
+					p.Resize(2 + rng.intn(3))
+				case 11:
+					time.Sleep(time.Duration(rng.intn(8)) * 100 * time.Millisecond)
+				}
+				synctest.Wait()
+				for i, sub := range []bool{false, true} {
+					var st workerpool.Status
+					if sub {
+						st = s.Status()
+					} else {
+						st = p.Status()
+					}
+					_ = i
+					pending := int64(0)
+					if st.Submitted != st.Completed+st.Abandoned+st.Canceled+uint64(st.Waiting)+uint64(st.Busy)+uint64(pending) {
+						results = append(results, fmt.Sprintf("seed %d step %d sub=%v: at rest Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+							seed, step, sub, st.Submitted, st.Completed, st.Abandoned, st.Canceled, st.Waiting, st.Busy))
+					}
+				}
+			}
+			time.Sleep(10 * time.Second)
+			wg.Wait()
+			p.Resize(3)
+			p.StopWait()
+			if seed == 0 {
+				results0 = fmt.Sprintf("seed 0 final: %+v / sub %+v", p.Status(), s.Status())
+			}
+		})
+	}
+	t.Log(results0)
+	for i, r := range results {
+		if i < 10 {
+			t.Error(r)
+		}
+	}
+	if len(results) > 0 {
+		t.Errorf("%d unbalanced snapshots", len(results))
+	}
+}
+
+type xrand struct{ s uint64 }
+
+func newRand(seed uint64) *xrand { return &xrand{s: seed*0x9E3779B97F4A7C15 + 1} }
+func (r *xrand) intn(n int) int {
+	r.s ^= r.s << 13
+	r.s ^= r.s >> 7
+	r.s ^= r.s << 17
+	return int(r.s % uint64(n))
+}
+func rng2(step int) int { return step*7 + 3 }
+
+// Sub-pool keyed tasks, a Subpool.Resize that takes the hand-off buffer
+// back, a Call given up while it waits (never runs: never timed), a task cut
+// by Stop (never timed): the timings count exactly the tasks that ran.
+func TestAttackTimingsSubpoolKeysResizeAndCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var observed []workerpool.TaskTiming
+		p := workerpool.New(3, workerpool.WithTaskObserver(func(tt workerpool.TaskTiming) {
+			mu.Lock()
+			observed = append(observed, tt)
+			mu.Unlock()
+		}))
+		s := p.Subpool("s", 1)
+		sleep := func(d time.Duration) func() { return func() { time.Sleep(d) } }
+		_ = s.SubmitKey("k", sleep(1000*time.Millisecond)) // wait 0, run 1s
+		_ = s.SubmitKey("k", sleep(1001*time.Millisecond)) // key busy: wait 1s
+		_ = s.Submit(sleep(1002 * time.Millisecond))       // limit 1: waits
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		var callRan atomic.Bool
+		go func() {
+			_, _ = workerpool.Call(ctx, s, func(context.Context) (int, error) { callRan.Store(true); return 0, nil })
+		}()
+		synctest.Wait()
+		time.Sleep(200 * time.Millisecond)
+		s.Resize(2) // t=0.2: the unkeyed task starts now (the key still busy)
+		synctest.Wait()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		// A task cut by Stop.
+		block := make(chan struct{})
+		for range 3 {
+			_ = p.Submit(func() { <-block })
+		}
+		_ = p.Submit(func() { t.Error("a dropped task ran") })
+		synctest.Wait()
+		go func() { time.Sleep(time.Second); close(block) }()
+		p.Stop()
+		st, sst := p.Status(), s.Status()
+		if callRan.Load() {
+			t.Skip("the Call ran; not the case under test")
+		}
+		// Expected: key task 1: wait 0 run 1s; unkeyed: wait 0.2s run 1.002s;
+		// the Call: given up at 0.5s, never ran; key task 2: wait 1s run 1.001s;
+		// 3 blockers: wait 0, run 1s.
+		wantSubWait := timingOf([]time.Duration{0, 200 * time.Millisecond, time.Second})
+		wantSubRun := timingOf([]time.Duration{1000 * time.Millisecond, 1002 * time.Millisecond, 1001 * time.Millisecond})
+		if sst.Wait != wantSubWait {
+			t.Errorf("sub-pool Wait:\n got %+v\nwant %+v", sst.Wait, wantSubWait)
+		}
+		if sst.Run != wantSubRun {
+			t.Errorf("sub-pool Run:\n got %+v\nwant %+v", sst.Run, wantSubRun)
+		}
+		if st.Wait.Count != 6 || st.Run.Count != 6 || len(observed) != 6 {
+			t.Errorf("pool counted %d waits, %d runs, observer %d calls; want 6 (3 sub-pool tasks + 3 blockers)", st.Wait.Count, st.Run.Count, len(observed))
+		}
+		if st.Canceled != 1 || st.Abandoned != 1 {
+			t.Errorf("Canceled %d Abandoned %d, want 1 and 1", st.Canceled, st.Abandoned)
+		}
+	})
+}
