@@ -78,10 +78,21 @@ func (d *dispatcher) wait(e entry, sub *Subpool) {
 // fill hands out waiting tasks to parked workers, new workers and the
 // hand-off buffer, as many as may start.
 func (d *dispatcher) fill() {
+	d.starved = false
 	for d.canFill() {
 		e, ok := d.sched.peek()
 		if !ok {
 			break
+		}
+		if e.lane.held > 0 {
+			if !d.workerFree() {
+				// See workerFree: wait for a worker to come free.
+				d.starved = true
+				break
+			}
+			if d.collect() {
+				continue // a key freed as its task ended: look again
+			}
 		}
 		// Published as gone before it is sent: a worker may run it, and its
 		// SubmitWait return, before the loop gets on, and then it must not
@@ -93,6 +104,20 @@ func (d *dispatcher) fill() {
 		d.sched.take()
 	}
 	d.publishWaiting()
+}
+
+// workerFree reports whether a task handed out now goes to a worker at
+// once: one is free, or fill may start one.
+//
+// A task of a lane where a busy key holds tasks back goes out only then,
+// never to wait in the hand-off buffer: had it waited there, the key's
+// next task, accepted before it, could come free as the key's task ended
+// and then start only after it, and after every task the buffer holds.
+// The loop reads the workers' counts before it takes their reports, and a
+// worker reports a keyed task's end before it counts it done, so a task
+// ended here has freed its key in the scheduler (fill's collect).
+func (d *dispatcher) workerFree() bool {
+	return d.workers() < d.max || d.handed-d.doneTasks() < uint64(d.workers())
 }
 
 // canFill reports whether the loop may hand out tasks now.

@@ -42,6 +42,8 @@ type dispatcher struct {
 	handed, quits, sent uint64
 	submitted           uint64 // tasks accepted; published as stats.submitted
 	unplaced            int    // tasks accepted in a row that had to wait; see letWorkersRun
+	starved             bool   // fill waits for a free worker: see workerFree
+	laneCuts            int    // sub-pools' Stops that cut their tasks and wait (watchLate)
 	wants               uint32 // what Pool.wants holds
 
 	// bufLane is the lane whose tasks the hand-off buffer holds, unless
@@ -179,8 +181,8 @@ func (d *dispatcher) offer() (handOff, bool) {
 		return handOff{}, false // fill weighs each hand-out against the tasks running
 	}
 	e, ok := d.sched.peek()
-	if !ok || !d.bufferTakes(e.lane) {
-		return handOff{}, false
+	if !ok || !d.bufferTakes(e.lane) || e.lane.held > 0 {
+		return handOff{}, false // see workerFree
 	}
 	return handOff{kind: runTask, entry: e, sub: d.subpool(e.lane), sent: d.sent + 1}, true
 }
@@ -209,7 +211,7 @@ func (d *dispatcher) receive(m message) {
 // workers to tell it, and whether they must drop late tasks.
 func (d *dispatcher) updateWants() {
 	var wants uint32
-	if d.pauseAck != nil {
+	if d.pauseAck != nil || d.starved {
 		wants |= wantIdle
 	}
 	if len(d.p.work) > 0 && (d.draining || !d.room() || d.waitsForBuffer()) {
@@ -223,7 +225,7 @@ func (d *dispatcher) updateWants() {
 	if d.workers() > d.max {
 		wants |= wantRetire
 	}
-	if d.deadline != nil || d.p.cut.Load() != nil {
+	if d.deadline != nil || d.p.cut.Load() != nil || d.laneCuts > 0 {
 		wants |= watchLate
 	}
 	if wants != d.wants {

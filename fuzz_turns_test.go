@@ -78,6 +78,11 @@ func (l *tmLane) first() int {
 	return slices.IndexFunc(l.waiting, func(tk *fuzzTask) bool { return !tk.keyed || !l.keysOut[tk.key] })
 }
 
+// holds reports whether a busy key holds back a waiting task of l.
+func (l *tmLane) holds() bool {
+	return slices.ContainsFunc(l.waiting, func(tk *fuzzTask) bool { return tk.keyed && l.keysOut[tk.key] })
+}
+
 // accept places tk, just accepted, and reports whether it was: false if its
 // lane or the pool is stopping.
 func (tm *turnModel) accept(tk *fuzzTask) bool {
@@ -123,6 +128,8 @@ func (tm *turnModel) place(l *tmLane, tk *fuzzTask) bool {
 	switch {
 	case tm.running == nil && len(tm.buf) == 0:
 		tm.start(tk)
+	case l.holds():
+		return false // it goes to a free worker only, never to wait in the buffer
 	case len(tm.buf) == 0 || tm.buf[0].target == l.target && len(tm.ring) <= 1 && len(tm.buf) < tmBuffer:
 		tm.buf = append(tm.buf, tk)
 	default:

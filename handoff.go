@@ -25,7 +25,7 @@ const handOffBuffer = 64
 // What the dispatcher wants of the workers, in Pool.wants. A worker loads
 // it once per task; it is 0 in the common case.
 const (
-	wantIdle   = 1 << iota // signal the end of every task: a Pause waits for them
+	wantIdle   = 1 << iota // signal the end of every task: a Pause, or a task held back by a busy key, waits for them
 	wantTaken              // signal every task taken from the hand-off buffer
 	wantEnds               // signal after reporting the end of a task
 	wantRetire             // exit after a task if there are more workers than the maximum

@@ -42,7 +42,10 @@
 // The pool has a queue of its own, and each sub-pool one. Within a queue,
 // tasks are handed to workers in the order the pool accepted them, except
 // that a task whose key is busy (a task with the same key is running)
-// waits for it; the queue's other tasks, keyed or not, do not. When a
+// waits for it; the queue's other tasks, keyed or not, do not. While a busy
+// key holds a task back, the tasks behind it go only to a free worker,
+// never to wait ahead of it, so that once its key is free it goes next.
+// When a
 // worker comes free and several queues have a task that may start, they
 // take turns, round robin; a sub-pool at its limit is passed over until
 // one of its tasks ends. With more than one worker, a task may of course

@@ -56,7 +56,7 @@ func (d *dispatcher) collect() bool {
 	got := d.p.reports.take(d.got)
 	for _, r := range got {
 		d.sched.ended(r.entry)
-		if r.kind == droppedReport {
+		if r.kind == droppedReport && !d.dropLate(r.handOff) {
 			d.drop(r.handOff)
 		}
 	}

@@ -16,6 +16,8 @@ type request struct {
 	sub      *Subpool        // sub*: the sub-pool
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
+	gone     []entry         // subStop: the dropped tasks to return, until done closes
+	cut      bool            // subStop: it cut the sub-pool's tasks in the hand-off buffer
 	done     chan struct{}
 }
 
@@ -264,37 +266,29 @@ func (d *dispatcher) stopLane(r *request) {
 	sub, l := r.sub, r.sub.lane
 	if r.kind == subStopRequest && !d.cut {
 		// Its tasks in the hand-off buffer have not started: they are
-		// dropped with the others. (One that a worker takes meanwhile
-		// has started, and runs; Stop waits for it.) The other lanes'
-		// tasks taken back with them are handed out again.
+		// dropped with the others, and so are those that workers take
+		// meanwhile past the cut, as for the pool's Stop (cutoff). The
+		// other lanes' tasks taken back with them are handed out again.
+		cut := &cutoff{sent: ^uint64(0), done: make(chan struct{})}
+		sub.cut.Store(cut)
+		r.cut = true
+		d.laneCuts++
+		d.updateWants() // watchLate, before the first receive
 		var gone, others []entry
 		for _, h := range d.takeBack() {
 			if h.lane == l {
+				cut.sent = min(cut.sent, h.sent)
 				d.sched.ended(h.entry)
 				gone = append(gone, h.entry)
 			} else {
 				others = append(others, h.entry)
 			}
 		}
+		close(cut.done)
 		d.sched.putBack(others)
-		gone = append(gone, d.sched.dropLane(l)...)
-		slices.SortFunc(gone, bySeq)
-		n := 0
-		for _, e := range gone {
-			switch {
-			case e.w == nil:
-				r.tasks = append(r.tasks, e.fn)
-			case !e.w.claim():
-				continue // its submitter gave up on it first: canceled
-			case isFireAndForget(e.w):
-				r.tasks = append(r.tasks, e.w.(fireAndForget).asFunc())
-			default:
-				e.w.finish(ErrStopped)
-			}
-			n++
+		for _, e := range append(gone, d.sched.dropLane(l)...) {
+			d.dropFrom(r, e)
 		}
-		d.p.stats.abandoned.Add(uint64(n))
-		sub.stats.abandoned.Add(uint64(n))
 		d.publishWaiting()
 	}
 	sub.stats.state.Store(int32(Stopping))
@@ -303,12 +297,56 @@ func (d *dispatcher) stopLane(r *request) {
 	d.settleStops()
 }
 
+// dropFrom drops e, a task of the sub-pool that r stops: its waiter gets
+// ErrStopped, and a fire-and-forget task is kept for Stop to return.
+func (d *dispatcher) dropFrom(r *request, e entry) {
+	switch {
+	case e.w == nil:
+	case !e.w.claim():
+		return // its submitter gave up on it first: canceled
+	case isFireAndForget(e.w):
+		e.fn, e.w = e.w.(fireAndForget).asFunc(), nil
+	default:
+		e.w.finish(ErrStopped)
+		e.w = nil
+	}
+	if e.fn != nil {
+		r.gone = append(r.gone, e)
+	}
+	d.p.stats.abandoned.Add(1)
+	r.sub.stats.abandoned.Add(1)
+}
+
+// dropLate drops h, a task of a sub-pool that a worker took past the cut
+// of the sub-pool's Stop, and reports whether it did: not if the pool's
+// own Stop cut it, which drops it with the pool's queue.
+func (d *dispatcher) dropLate(h handOff) bool {
+	if d.cut || h.sub == nil {
+		return false
+	}
+	for _, r := range d.stops {
+		if r.sub == h.sub && r.cut {
+			d.dropFrom(r, h.entry)
+			return true
+		}
+	}
+	return false
+}
+
 // settleStops answers the sub-pools' Stop and StopWait requests whose
 // sub-pools have no task waiting or out.
 func (d *dispatcher) settleStops() {
 	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
 		if !d.sched.idle(r.sub.lane) {
 			return false
+		}
+		if r.cut {
+			d.laneCuts--
+			slices.SortFunc(r.gone, bySeq)
+			for _, e := range r.gone {
+				r.tasks = append(r.tasks, e.fn)
+			}
+			r.gone = nil
 		}
 		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
 		close(r.done)

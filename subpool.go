@@ -43,6 +43,9 @@ type Subpool struct {
 	closed   atomic.Bool
 	stopping chan struct{}
 	once     sync.Once
+	// cut is where its Stop cut its tasks in the hand-off buffer: see
+	// cutoff. Set by the dispatcher; read by workers.
+	cut atomic.Pointer[cutoff]
 }
 
 // Subpool returns a new sub-pool of p called name, whose tasks run on p's
@@ -162,8 +165,10 @@ func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx).wa
 // waiting in it, and returns once its running tasks have finished, whatever
 // the rest of the pool is doing: the pool and its other sub-pools go on,
 // and Stop waits for none of their tasks, also while the pool itself
-// stops. The first call returns the dropped fire-and-forget tasks, keyed
-// or not, in the order the sub-pool accepted them; later calls return nil.
+// stops. Of its tasks, those that started are the earliest it accepted,
+// whatever workers take meanwhile. The first call returns the dropped
+// fire-and-forget tasks, keyed or not, in the order the sub-pool accepted
+// them: the rest. Later calls return nil.
 // Dropped [Subpool.SubmitWait] tasks are not returned: their callers get
 // [ErrStopped]. After the pool's Stop, Stop drops nothing: the pool's stop
 // did.

@@ -217,13 +217,14 @@ func (p *Pool) startExit(w *worker, mark uint64) {
 // could start it: the worker counts it skipped, not run, and the scheduler
 // learns it is no longer running.
 func (p *Pool) skip(w *worker, h *handOff) {
-	w.skipped.Store(w.skipped.Load() + 1)
-	// As in taskDone: count, report, then look at what the dispatcher
-	// wants, so that a Pause waiting for this hand-off hears of it.
+	// As in taskDone: report (a keyed task first), count, then look at
+	// what the dispatcher wants, so that a Pause waiting for this
+	// hand-off hears of it.
 	reported := h.mustReport()
 	if reported {
 		p.reports.add(report{kind: endedReport, handOff: *h})
 	}
+	w.skipped.Store(w.skipped.Load() + 1)
 	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
 		p.signal()
 	}
@@ -254,8 +255,9 @@ func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
 
 // cutOff reports whether h, just received from Pool.work, must not run: a
 // Shutdown deadline has passed, or h was sent at or past the cut that Stop
-// or the deadline made in the hand-off buffer: the tasks it took back
-// and the later ones.
+// or the deadline made in the hand-off buffer (the tasks it took back and
+// the later ones), or at or past the cut its sub-pool's Stop made in its
+// tasks there.
 func (p *Pool) cutOff(h handOff) bool {
 	if dl := p.deadline.Load(); dl != nil {
 		select {
@@ -266,7 +268,15 @@ func (p *Pool) cutOff(h handOff) bool {
 	}
 	if cut := p.cut.Load(); cut != nil {
 		<-cut.done
-		return h.sent >= cut.sent
+		if h.sent >= cut.sent {
+			return true
+		}
+	}
+	if h.sub != nil {
+		if cut := h.sub.cut.Load(); cut != nil {
+			<-cut.done
+			return h.sent >= cut.sent
+		}
 	}
 	return false
 }
@@ -351,21 +361,27 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
 	} else {
 		p.stampIdle(w)
 	}
-	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
-	if panicked {
-		p.stats.panicked.Add(1)
-	}
 	if h.sub != nil {
 		h.sub.stats.ended.Add(1)
 		if panicked {
 			h.sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
 		}
 	}
-	// Report first, then look at what the dispatcher wants to hear: it
-	// sets wantEnds before it last collects reports, so either it
-	// collects this one or the worker sees wantEnds and wakes it.
-	reported := h.mustReport()
-	if reported {
+	// A keyed task is reported before it counts done, so that a loop that
+	// sees it done finds its report (see workerFree); any other after, so
+	// that a sub-pool's Stop that the report lets return sees it done.
+	reported, keyed := h.mustReport(), h.line != nil
+	if keyed {
+		p.reports.add(report{kind: endedReport, handOff: *h})
+	}
+	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
+	if panicked {
+		p.stats.panicked.Add(1)
+	}
+	// Report, then look at what the dispatcher wants to hear: it sets
+	// wantEnds before it last collects reports, so either it collects
+	// this one or the worker sees wantEnds and wakes it.
+	if reported && !keyed {
 		p.reports.add(report{kind: endedReport, handOff: *h})
 	}
 	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
