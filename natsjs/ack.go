@@ -1,32 +1,35 @@
 package natsjs
 
 import (
-	"context"
+	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The acks of handled messages are confirmed in batches, off the workers, by
-// one goroutine, the acker: it acks every message of a batch with a plain
-// Ack but the last, which it acks with DoubleAck, a request the server
-// answers once it has processed that ack. The answer confirms the whole
-// batch, because the server processes the acks that one connection sends
-// for one consumer in the order they were sent: the connection's read loop
-// queues them for the consumer as it reads them, and a single goroutine of
-// the consumer takes them from that queue in order and answers a DoubleAck
-// after processing it. So a message keeps its slot until the server has
-// processed its ack, as when each message had its own DoubleAck, at one
-// round trip per batch instead of one per message.
+// The acker acks the handled messages, a batch at a time, off the workers.
+// It acks each message of a batch with a plain Ack but the last, whose ack
+// carries the next pull (+NXT): the server registers that pull only after
+// it has processed the ack, and it processes the acks that one connection
+// sends to one consumer in the order they were sent (its read loop queues
+// them for the consumer as it reads them, and one goroutine of the
+// consumer takes them in order). So the batch's slots go into that pull at
+// once, without waiting for a round trip, and the server can serve it only
+// once it knows of every ack before: what it counts as delivered to this
+// process and not acked stays within the bound, even if it were to read
+// some acks and lose them.
 //
-// A batch is whatever was handled while the previous one was being
-// confirmed, once it counts ackAt messages: under load, batches grow until
-// one round trip confirms every message a pool handles meanwhile. A batch
-// does not wait for ackAt messages when no message waits for a worker (the
-// slots are needed), when the watcher polls, or once the stop has begun.
+// When no pull is to follow (the run is stopping), the last ack asks for
+// an answer instead (a DoubleAck), and the batch's slots stay taken until
+// the answer comes, or the settle timeout passes: a probe. A stop waits
+// for its probes: when Run returns, the server has confirmed every ack the
+// run sent, or the error handler was told it did not (ErrNotConfirmed).
+//
+// A batch is whatever was handled while the acker was busy, once it counts
+// ackAt messages: under load, batches grow. A batch does not wait for ackAt
+// messages when no message waits for a worker (the slots are needed), when
+// the watcher polls, or once the stop has begun.
 
 // queueAck hands m, whose handler returned nil, to the acker. Its stay, and
-// its count in running, end once the acker has confirmed its ack.
+// its count in running, end once the acker has acked it.
 func (r *run) queueAck(m *message) {
 	r.ackMu.Lock()
 	r.toAck = append(r.toAck, m)
@@ -37,7 +40,7 @@ func (r *run) queueAck(m *message) {
 	}
 }
 
-// ackNow has the acker ack and confirm every queued message, however few.
+// ackNow has the acker ack every queued message, however few.
 func (r *run) ackNow() {
 	r.ackMu.Lock()
 	r.ackAll = len(r.toAck) > 0
@@ -62,11 +65,12 @@ func (r *run) wakeAcker() {
 	}
 }
 
-// ackLoop is the acker: it acks and confirms the queued messages, a batch at
-// a time, until exit is closed. Only the stop closes exit, once running
-// says that every handled message was confirmed.
+// ackLoop is the acker: it acks the queued messages, a batch at a time,
+// until exit is closed. Only the stop closes exit, once running says that
+// every handled message was acked.
 func (r *run) ackLoop(exit <-chan struct{}) {
 	var batch []*message // reused: it and toAck swap arrays
+	var body []byte      // reused: a pull's +NXT
 	for {
 		select {
 		case <-r.ackWake:
@@ -80,84 +84,93 @@ func (r *run) ackLoop(exit <-chan struct{}) {
 		}
 		r.ackMu.Unlock()
 		if len(batch) > 0 {
-			r.ackBatch(batch)
+			body = r.ackBatch(batch, body)
 			clear(batch) // let the settled messages go
 			batch = batch[:0]
 		}
 	}
 }
 
-// ackBatch acks every message in batch, waits for the server to confirm
-// the acks, and ends the messages' stay. A message whose handler settled
-// it itself gets no ack of ours, but its settling, sent before the handler
-// returned, is confirmed as the others are, unless no message of the batch
-// is left for the DoubleAck; then the batch ends without a confirmation. A
-// failed confirmation is left to AckWait: the server redelivers what it
-// did not get.
-func (r *run) ackBatch(batch []*message) {
-	last := -1 // the message to DoubleAck: the last one not yet settled
-	for i := len(batch) - 1; i >= 0; i-- {
-		if !batch[i].settled.Load() {
-			last = i
-			break
+// ackBatch acks every message in batch that its handler did not settle
+// itself, and ends the messages' stay. The last message it acks carries
+// a pull, or, during a stop, a probe. A batch of messages that their
+// handlers all settled themselves has nothing of the run's to carry
+// either: its slots are freed at once, as the handlers' own settling was
+// sent before they returned.
+func (r *run) ackBatch(batch []*message, body []byte) []byte {
+	carrier := -1
+	for i, m := range batch {
+		if !m.close() {
+			carrier = i
 		}
 	}
-	for _, m := range batch[:max(last, 0)] {
-		if !m.settled.Load() {
-			_ = m.Msg.Ack()
+	for i, m := range batch {
+		if i < carrier && !m.settled {
+			r.send(m, ackAck, "ack")
 		}
-	}
-	if last >= 0 {
-		// Acking goes on after a stop: it is how a stop finishes.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
-		_ = batch[last].Msg.DoubleAck(ctx)
-		cancel()
 	}
 	r.mu.Lock()
 	for _, m := range batch {
 		delete(r.held, m)
 	}
 	r.mu.Unlock()
-	r.releaseSlots(len(batch))
-	r.running.Add(-len(batch))
-}
-
-// The methods that settle a message, as the handler sees it: each records
-// that the handler settled the message, so that the acker does not ack it.
-
-// Ack acks m; see [jetstream.Msg].
-func (m *message) Ack() error { return m.settledBy(m.Msg.Ack()) }
-
-// DoubleAck acks m and waits for the server to confirm; see [jetstream.Msg].
-func (m *message) DoubleAck(ctx context.Context) error {
-	return m.settledBy(m.Msg.DoubleAck(ctx))
-}
-
-// Nak asks the server to redeliver m; see [jetstream.Msg].
-func (m *message) Nak() error { return m.settledBy(m.Msg.Nak()) }
-
-// NakWithDelay asks the server to redeliver m after delay; see
-// [jetstream.Msg].
-func (m *message) NakWithDelay(delay time.Duration) error {
-	return m.settledBy(m.Msg.NakWithDelay(delay))
-}
-
-// Term tells the server never to redeliver m; see [jetstream.Msg].
-func (m *message) Term() error { return m.settledBy(m.Msg.Term()) }
-
-// TermWithReason is Term with a reason; see [jetstream.Msg].
-func (m *message) TermWithReason(reason string) error {
-	return m.settledBy(m.Msg.TermWithReason(reason))
-}
-
-// settledBy records that the handler settled m, if err says it did, and
-// returns err.
-func (m *message) settledBy(err error) error {
-	if err == nil {
-		m.settled.Store(true)
+	defer r.running.Add(-len(batch))
+	if carrier < 0 {
+		r.slots.releaseHeld(len(batch))
+		return body
 	}
-	return err
+	c := batch[carrier]
+	now := time.Now()
+	probeDeadline := now.Add(settleTimeout)
+	if r.ctx.Err() != nil || r.noCarry {
+		id := r.slots.probeAcked(len(batch), probeDeadline, append([]*message(nil), batch...))
+		r.sendProbe(c, id)
+		r.lastAcked.Store(c)
+		return body
+	}
+	pullID, n, probeID := r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline()), probeDeadline, append([]*message(nil), batch...))
+	body = append(append(body[:0], "+NXT "...), r.pullBody(nil, n)...)
+	if err := r.nc.PublishRequest(c.msg.Reply, r.pullReply(pullID), body); err != nil {
+		r.slots.ended(pullID, -1)
+		r.report(c.messageError("ack", err))
+		r.pullFailed(err)
+	}
+	if probeID != 0 {
+		r.sendProbe(c, probeID) // an ack again, with a reply
+	}
+	r.lastAcked.Store(c)
+	return body
 }
 
-// The handler gets a *message as its jetstream.Msg.
-var _ jetstream.Msg = (*message)(nil)
+// sendProbe acks m, which the run acked already or acks now, asking the
+// server to answer probe id once it has processed the ack, and so every
+// ack the connection sent to the consumer before.
+func (r *run) sendProbe(m *message, id uint64) {
+	if err := r.nc.PublishRequest(m.msg.Reply, r.probeReply(id), ackAck); err != nil {
+		r.probeFailed(id, fmt.Errorf("%w: %w", ErrNotConfirmed, err))
+	}
+}
+
+// probeFailed frees the slots of probe id, which failed with err, and
+// tells the error handler which acks were not confirmed.
+func (r *run) probeFailed(id uint64, err error) {
+	if p, ok := r.slots.endProbe(id); ok {
+		r.reportProbe(p, err)
+	}
+}
+
+// reportProbe tells the error handler of the acks probe p did not confirm.
+func (r *run) reportProbe(p probeRecord, err error) {
+	if r.cfg.onError == nil {
+		return
+	}
+	if len(p.msgs) == 0 {
+		r.report(fmt.Errorf("natsjs: Run: consumer %q: %d messages asked for were neither delivered nor returned: %w", r.name, p.n, err))
+		return
+	}
+	for _, m := range p.msgs {
+		if !m.settled {
+			r.report(m.messageError("confirm ack", err))
+		}
+	}
+}

@@ -29,7 +29,7 @@ import (
 // never learns of a single ack. A process that gave a slot back once it had
 // sent an ack, rather than once the server had processed it, would go on
 // pulling and handling messages, all of which the server redelivers once
-// the process dies; Consume holds at most its bound of them.
+// the process dies; Run holds at most its bound of them.
 
 const (
 	dropJobs     = 400
@@ -65,7 +65,7 @@ func TestACrashWhileTheServerHasNotProcessedABurstOfAcksDuplicatesAtMostTheBound
 
 	// Everything the victim did not ack comes back, after AckWait.
 	ta := newTally()
-	stop := consuming(t, newPool(t, dropWorkers), cons, func(_ context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, dropWorkers), js, cons, func(_ context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		return nil
 	})

@@ -16,13 +16,13 @@ import (
 )
 
 // BenchmarkLoopback measures jobs per second through an embedded server on
-// loopback: Consume on a pool of n workers against a hand-written loop over
+// loopback: Run on a pool of n workers against a hand-written loop over
 // Messages() in n goroutines, each job a handler call and an ack. Every
 // run publishes b.N jobs before the timer starts; run it with a fixed
 // -benchtime (such as 20000x) so that all consume the same number, and
 // interleave the runs:
 //
-//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Consume|Consume500|Messages|MessagesConfirmed)$' -benchtime 20000x; done > bench.txt
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Run|RunNoCarry|Messages)$' -benchtime 20000x; done > bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
 //
 // (-bench Loopback runs every implementation below.)
@@ -34,8 +34,11 @@ import (
 // less than jobs/s when other processes compete for the cores.
 //
 // The implementations:
-//   - Consume: natsjs.Consume with its default bound, 2n messages held;
-//   - Consume500: natsjs.Consume holding up to 500, as Messages does;
+//   - Run: natsjs.Run with its default bound, 2n messages held;
+//   - Run500: natsjs.Run holding up to 500, as Messages does;
+//   - RunNoCarry: Run whose acker confirms each batch of acks before it
+//     frees their slots, as v1 did, rather than carry the next pull in
+//     the last ack: what carrying gives;
 //   - Messages: the peer, the plain loop, with Messages' default
 //     buffer of 500 messages, acking with Ack, which does not wait for the
 //     server;
@@ -43,7 +46,7 @@ import (
 //     holding up to 3n with the goroutines' own;
 //   - Messages2nPool: that loop, each goroutine running its jobs on a pool
 //     of n with SubmitWait: what the pool's hand-offs cost it;
-//   - MessagesConfirmed: the loop with Consume's guarantee, a buffer of n
+//   - MessagesConfirmed: the loop with Run's v1 guarantee, a buffer of n
 //     messages and DoubleAck, each goroutine holding its message until the
 //     server confirms its ack: at most 2n held, all unconfirmed acks among
 //     them.
@@ -57,7 +60,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
+			for _, impl := range []string{"Run", "Run500", "RunNoCarry", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -93,17 +96,19 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	b.ResetTimer()
 	start, startCPU := time.Now(), cpuTime()
 	switch impl {
-	case "Consume", "Consume500":
+	case "Run", "Run500", "RunNoCarry":
 		var opts []natsjs.Option
-		if impl == "Consume500" {
+		if impl == "Run500" {
 			opts = append(opts, natsjs.WithMaxInFlight(500))
 		}
+		natsjs.SetNoCarry(impl == "RunNoCarry")
+		defer natsjs.SetNoCarry(false)
 		p := workerpool.New(n)
 		defer p.Stop()
 		ctx, cancel := context.WithCancel(context.Background())
 		stop = cancel
 		wg.Go(func() {
-			err := natsjs.Consume(ctx, p, cons, func(context.Context, jetstream.Msg) error {
+			err := natsjs.Run(ctx, p, js, cons, func(context.Context, jetstream.Msg) error {
 				work()
 				count()
 				return nil

@@ -31,7 +31,7 @@ func requireAtLeastOnce(t *testing.T, ta *tally, n, maxDup int) {
 	t.Logf("%d jobs, %d handlings, %d duplicates (bound %d)", n, total, total-n, maxDup)
 }
 
-func TestALostConnectionLosesNothingAndConsumeCarriesOn(t *testing.T) {
+func TestALostConnectionLosesNothingAndRunCarriesOn(t *testing.T) {
 	const jobs, inFlight = 200, 8
 	s := startServer(t)
 	nc, js := connect(t, s)
@@ -39,7 +39,7 @@ func TestALostConnectionLosesNothingAndConsumeCarriesOn(t *testing.T) {
 	publishJobs(t, js, jobs)
 
 	ta := newTally()
-	stop := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		time.Sleep(5 * time.Millisecond)
 		ta.add(msg)
 		return nil
@@ -58,7 +58,7 @@ func TestALostConnectionLosesNothingAndConsumeCarriesOn(t *testing.T) {
 	assert.GreaterOrEqual(t, nc.Stats().Reconnects, uint64(2))
 }
 
-func TestAServerRestartLosesNothingAndConsumeCarriesOn(t *testing.T) {
+func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 	const jobs, inFlight = 100, 8
 	dir := t.TempDir()
 	s := startServerAt(t, -1, dir)
@@ -68,7 +68,7 @@ func TestAServerRestartLosesNothingAndConsumeCarriesOn(t *testing.T) {
 	publishJobs(t, js, jobs)
 
 	ta := newTally()
-	stop := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		time.Sleep(5 * time.Millisecond)
 		ta.add(msg)
 		return nil
@@ -85,7 +85,7 @@ func TestAServerRestartLosesNothingAndConsumeCarriesOn(t *testing.T) {
 	requireAtLeastOnce(t, ta, jobs, inFlight)
 }
 
-func TestAClosedConnectionEndsConsumeAndItsMessagesGoElsewhere(t *testing.T) {
+func TestAClosedConnectionEndsRunAndItsMessagesGoElsewhere(t *testing.T) {
 	const jobs = 60
 	s := startServer(t)
 	ncA, jsA := connect(t, s)
@@ -97,7 +97,7 @@ func TestAClosedConnectionEndsConsumeAndItsMessagesGoElsewhere(t *testing.T) {
 	defer cancel()
 	consumed := make(chan error, 1)
 	go func() {
-		consumed <- natsjs.Consume(ctx, newPool(t, 2), consA, func(ctx context.Context, msg jetstream.Msg) error {
+		consumed <- natsjs.Run(ctx, newPool(t, 2), jsA, consA, func(ctx context.Context, msg jetstream.Msg) error {
 			time.Sleep(10 * time.Millisecond)
 			ta.add(msg)
 			return nil
@@ -109,7 +109,7 @@ func TestAClosedConnectionEndsConsumeAndItsMessagesGoElsewhere(t *testing.T) {
 	case err := <-consumed:
 		assert.True(t, errors.Is(err, nats.ErrConnectionClosed), "%v", err)
 	case <-time.After(waitFor):
-		t.Fatal("Consume went on after its connection was closed")
+		t.Fatal("Run went on after its connection was closed")
 	}
 
 	// Another process, on its own connection, gets everything left,
@@ -117,7 +117,7 @@ func TestAClosedConnectionEndsConsumeAndItsMessagesGoElsewhere(t *testing.T) {
 	_, jsB := connect(t, s)
 	consB, err := jsB.Consumer(context.Background(), "JOBS", "workers")
 	require.NoError(t, err)
-	stopB := consuming(t, newPool(t, 4), consB, func(ctx context.Context, msg jetstream.Msg) error {
+	stopB := consuming(t, newPool(t, 4), jsB, consB, func(ctx context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		return nil
 	})

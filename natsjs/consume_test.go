@@ -49,7 +49,7 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 			publishJobs(t, js, jobs)
 
 			ta := newTally()
-			stop := consuming(t, tc.pool(t), cons, func(ctx context.Context, msg jetstream.Msg) error {
+			stop := consuming(t, tc.pool(t), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				ta.add(msg)
 				return nil
 			}, tc.opts...)
@@ -79,7 +79,7 @@ func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testin
 			var mu sync.Mutex
 			var starts, ends []time.Time // of each delivery's handler
 			var deliveries []uint64
-			stop := consuming(t, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			stop := consuming(t, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				md, err := msg.Metadata()
 				if err != nil {
 					return err
@@ -142,7 +142,7 @@ func TestAtMaxDeliverAFailedMessageIsDeadLetteredThenTerminated(t *testing.T) {
 	}
 
 	ta := newTally()
-	stop := consuming(t, newPool(t, 2), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		return fmt.Errorf("job %s: boom\nsecond line", msg.Data())
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"))
@@ -183,7 +183,7 @@ func TestAtMaxDeliverWithoutDeadLetterAFailedMessageIsTerminated(t *testing.T) {
 
 	ta := newTally()
 	quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
-	stop := consuming(t, newPool(t, 2, quiet), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 2, quiet), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		panic("always")
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
@@ -205,7 +205,7 @@ func TestAMessageWhoseDeadLetterCannotBePublishedStaysInItsStream(t *testing.T) 
 
 	ta := newTally()
 	// No stream captures nowhere.dead: the copy cannot be stored.
-	stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		ta.add(msg)
 		return errors.New("boom")
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "nowhere.dead"))

@@ -138,7 +138,7 @@ func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTim
 	defer cancel()
 	p := workerpool.New(workers)
 	defer p.StopWait()
-	err = natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+	err = natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		md, err := msg.Metadata()
 		if err != nil {
 			return err

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Consume runs a work queue's jobs on a pool until its ctx is done. Here
+// Run runs a work queue's jobs on a pool until its ctx is done. Here
 // the server is embedded, and the jobs are three words to shout.
-func ExampleConsume() {
+func ExampleRun() {
 	dir, _ := os.MkdirTemp("", "natsjs-example-")
 	defer os.RemoveAll(dir)
 	s, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
@@ -61,7 +61,7 @@ func ExampleConsume() {
 		}
 		return nil // acks the message
 	}
-	err := natsjs.Consume(ctx, p, cons, h, natsjs.WithMaxInFlight(8))
+	err := natsjs.Run(ctx, p, js, cons, h, natsjs.WithMaxInFlight(8))
 
 	sort.Strings(shouted)
 	fmt.Println(shouted, err)

@@ -43,7 +43,7 @@ func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
 			release := make(chan struct{})
 			var running, peakRunning atomic.Int32
 			ta := newTally()
-			stop := consuming(t, newPool(t, tc.workers), cons, func(ctx context.Context, msg jetstream.Msg) error {
+			stop := consuming(t, newPool(t, tc.workers), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				n := running.Add(1)
 				defer running.Add(-1)
 				for {
@@ -101,9 +101,9 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 	// One worker; each job runs for 1.5 AckWaits. In the pool's unbounded
 	// queue, the second job waits for more than AckWait and the third for
 	// more than twice. Behind a queue bounded at one, the third waits in
-	// Consume for more than AckWait while the feeder waits for room or
+	// Run for more than AckWait while the feeder waits for room or
 	// retries; when the caller runs, the feeder runs the third job itself
-	// and the fourth waits in Consume meanwhile.
+	// and the fourth waits in Run meanwhile.
 	cases := []struct {
 		name string
 		jobs int
@@ -123,7 +123,7 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 			publishJobs(t, js, tc.jobs)
 
 			ta := newTally()
-			stop := consuming(t, newPool(t, 1, tc.opts...), cons, func(ctx context.Context, msg jetstream.Msg) error {
+			stop := consuming(t, newPool(t, 1, tc.opts...), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				ta.add(msg)
 				time.Sleep(ackWait * 3 / 2)
 				return nil
@@ -137,7 +137,7 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 	}
 }
 
-func TestAHandlersContextIsDoneWhenConsumesIs(t *testing.T) {
+func TestAHandlersContextIsDoneWhenRunsIs(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
@@ -145,7 +145,7 @@ func TestAHandlersContextIsDoneWhenConsumesIs(t *testing.T) {
 
 	started := make(chan struct{})
 	var sawDone atomic.Bool
-	stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		close(started)
 		<-ctx.Done()
 		sawDone.Store(true)

@@ -135,13 +135,13 @@ func eventually(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	require.Eventually(t, cond, waitFor, 5*time.Millisecond, msgAndArgs...)
 }
 
-// consuming runs Consume in a goroutine until the returned stop function
-// is called, which cancels its ctx and returns Consume's error.
-func consuming(t testing.TB, p *workerpool.Pool, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
+// consuming runs Run in a goroutine until the returned stop function is
+// called, which cancels its ctx and returns Run's error.
+func consuming(t testing.TB, s workerpool.Submitter, js jetstream.JetStream, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- natsjs.Consume(ctx, p, cons, h, opts...) }()
+	go func() { done <- natsjs.Run(ctx, s, js, cons, h, opts...) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -150,7 +150,7 @@ func consuming(t testing.TB, p *workerpool.Pool, cons jetstream.Consumer, h nats
 			select {
 			case err = <-done:
 			case <-time.After(waitFor):
-				err = fmt.Errorf("Consume did not return within %v of its ctx being done", waitFor)
+				err = fmt.Errorf("Run did not return within %v of its ctx being done", waitFor)
 			}
 		})
 		return err

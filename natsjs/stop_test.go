@@ -31,7 +31,7 @@ func TestAGracefulStopHandsNeverStartedMessagesBackAtOnce(t *testing.T) {
 	release := make(chan struct{})
 	startedA := make(chan string, jobs)
 	ta := newTally()
-	stopA := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopA := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		startedA <- string(msg.Data())
 		<-release
 		ta.add(msg)
@@ -47,7 +47,7 @@ func TestAGracefulStopHandsNeverStartedMessagesBackAtOnce(t *testing.T) {
 	// Process B gets the four never-started jobs without waiting for
 	// AckWait, while A's handler still runs.
 	tb := newTally()
-	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		tb.add(msg)
 		return nil
 	})
@@ -56,7 +56,7 @@ func TestAGracefulStopHandsNeverStartedMessagesBackAtOnce(t *testing.T) {
 	assert.NotContains(t, tb.snapshot(), first, "B got the job A was running")
 	select {
 	case err := <-stoppedA:
-		t.Fatalf("A's Consume returned (%v) before its running handler finished", err)
+		t.Fatalf("A's Run returned (%v) before its running handler finished", err)
 	default:
 	}
 
@@ -75,7 +75,7 @@ func TestAHandlerThatFailsBecauseOfTheStopHandsItsMessageBackAtOnce(t *testing.T
 	publishJobs(t, js, 1)
 
 	started := make(chan struct{})
-	stopA := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopA := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		close(started)
 		<-ctx.Done()
 		return ctx.Err()
@@ -84,7 +84,7 @@ func TestAHandlerThatFailsBecauseOfTheStopHandsItsMessageBackAtOnce(t *testing.T
 	require.NoError(t, stopA())
 
 	got := make(chan uint64, 1)
-	stopB := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		md, err := msg.Metadata()
 		require.NoError(t, err)
 		got <- md.NumDelivered
@@ -99,7 +99,7 @@ func TestAHandlerThatFailsBecauseOfTheStopHandsItsMessageBackAtOnce(t *testing.T
 	require.NoError(t, stopB())
 }
 
-func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *testing.T) {
+func TestAPoolStoppedUnderRunEndsItWithErrStoppedAndHandsBackItsMessages(t *testing.T) {
 	const jobs = 4
 	s := startServer(t)
 	_, js := connect(t, s)
@@ -115,7 +115,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	defer cancel()
 	consumed := make(chan error, 1)
 	go func() {
-		consumed <- natsjs.Consume(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		consumed <- natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 			started <- string(msg.Data())
 			<-release
 			ctxDone.Store(ctx.Err() != nil)
@@ -130,7 +130,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	go func() { dropped <- p.Stop() }() // waits for the running handler
 
 	tb := newTally()
-	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		tb.add(msg)
 		return nil
 	})
@@ -140,7 +140,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	case err := <-consumed:
 		assert.ErrorIs(t, err, workerpool.ErrStopped)
 	case <-time.After(waitFor):
-		t.Fatal("Consume did not return after its pool stopped")
+		t.Fatal("Run did not return after its pool stopped")
 	}
 	// Running the tasks Stop dropped, after the hand-back, does nothing.
 	for _, task := range <-dropped {
@@ -154,7 +154,7 @@ func TestAPoolStoppedUnderConsumeEndsItWithErrStoppedAndHandsBackItsMessages(t *
 	require.NoError(t, stopB())
 }
 
-func TestConsumeOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
+func TestRunOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
@@ -162,7 +162,7 @@ func TestConsumeOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
 	p := workerpool.New(2)
 	p.StopWait()
 
-	err := natsjs.Consume(context.Background(), p, cons, func(context.Context, jetstream.Msg) error {
+	err := natsjs.Run(context.Background(), p, js, cons, func(context.Context, jetstream.Msg) error {
 		t.Error("a handler ran on a stopped pool")
 		return nil
 	})
@@ -170,7 +170,7 @@ func TestConsumeOnAStoppedPoolReturnsErrStoppedAndTakesNothing(t *testing.T) {
 	requireTookNothing(t, cons, 3)
 }
 
-func TestConsumeWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
+func TestRunWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
@@ -178,7 +178,7 @@ func TestConsumeWithADoneContextReturnsNilAndTakesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	err := natsjs.Consume(ctx, newPool(t, 2), cons, func(context.Context, jetstream.Msg) error {
+	err := natsjs.Run(ctx, newPool(t, 2), js, cons, func(context.Context, jetstream.Msg) error {
 		t.Error("a handler ran after ctx was done")
 		return nil
 	})
@@ -197,7 +197,7 @@ func requireTookNothing(t *testing.T, cons jetstream.Consumer, n int) {
 	eventually(t, func() bool { return consumerInfo(t, cons).NumPending == uint64(n) }, "messages not pending")
 }
 
-func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
+func TestADeletedConsumerEndsRunWithAnError(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
@@ -211,7 +211,7 @@ func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
 	go func() {
 		// One worker: the second job waits in the pool; a third slot
 		// keeps a pull outstanding.
-		consumed <- natsjs.Consume(ctx, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		consumed <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 			started <- struct{}{}
 			<-ctx.Done()
 			handlerCtxDone.Store(true)
@@ -227,32 +227,32 @@ func TestADeletedConsumerEndsConsumeWithAnError(t *testing.T) {
 		assert.True(t, errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
 		assert.Contains(t, err.Error(), "natsjs: ")
 	case <-time.After(waitFor):
-		t.Fatal("Consume went on after its consumer was deleted")
+		t.Fatal("Run went on after its consumer was deleted")
 	}
 	assert.True(t, handlerCtxDone.Load())
 	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
 }
 
-func TestNoHandlerStartsOnceConsumesContextIsDone(t *testing.T) {
+func TestNoHandlerStartsOnceRunsContextIsDone(t *testing.T) {
 	const jobs = 10
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
 	publishJobs(t, js, jobs)
 
-	// One worker, every job held: the first handler cancels Consume's ctx
+	// One worker, every job held: the first handler cancels Run's ctx
 	// and returns, freeing the worker while nine messages wait for it.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var started atomic.Int32
-	err := natsjs.Consume(ctx, newPool(t, 1), cons, func(hctx context.Context, msg jetstream.Msg) error {
+	err := natsjs.Run(ctx, newPool(t, 1), js, cons, func(hctx context.Context, msg jetstream.Msg) error {
 		if started.Add(1) > 1 {
 			t.Errorf("handler of job %s started after ctx was done (ctx: %v)", msg.Data(), ctx.Err())
 			return nil
 		}
 		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
 		cancel()
-		assert.Error(t, hctx.Err(), "the handler's ctx is not done once Consume's is")
+		assert.Error(t, hctx.Err(), "the handler's ctx is not done once Run's is")
 		return nil
 	}, natsjs.WithMaxInFlight(jobs))
 	require.NoError(t, err)
@@ -262,7 +262,7 @@ func TestNoHandlerStartsOnceConsumesContextIsDone(t *testing.T) {
 	// The nine never started were handed back: another process gets them.
 	handedBack := time.Now()
 	tb := newTally()
-	stopB := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		tb.add(msg)
 		return nil
 	})
