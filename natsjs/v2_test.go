@@ -289,4 +289,3 @@ func TestAMessageHeldLongerThanTheConsumersBackOffIsNotRedelivered(t *testing.T)
 	defer mu.Unlock()
 	assert.Equal(t, []uint64{1, 2}, deliveries, "a held message was redelivered")
 }
-
