@@ -28,7 +28,12 @@ func (r *run) runTask(m *message) {
 	}
 	m.stage = started
 	if r.waiting.Add(-1) == 0 {
-		r.starving()
+		// The workers are about to run out: pull without waiting for a
+		// batch.
+		select {
+		case r.pullNow <- struct{}{}:
+		default: // the puller is due to look already
+		}
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
@@ -39,8 +44,7 @@ func (r *run) runTask(m *message) {
 	err := errHandlerPanicked
 	defer func() {
 		if err == nil {
-			// The worker is free at once; the acker acks m.
-			r.queueAck(m)
+			r.ackHandled(m)
 			return
 		}
 		defer r.running.Done()
