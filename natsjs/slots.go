@@ -37,12 +37,12 @@ type slotBook struct {
 	mu                               sync.Mutex
 	free, owed, held, acked, probing int
 	// stopped is set when the run stops: no pull may start after it.
-	stopped   bool
-	pulls     []pullRecord // live pulls, oldest first
-	liveSum   int          // the sum of n over pulls
-	lastPull  uint64
-	probes    map[uint64]probeRecord
-	lastProbe uint64
+	stopped bool
+	pulls                     []pullRecord // live pulls, oldest first
+	liveSum                   int          // the sum of n over pulls
+	lastPull                  uint64
+	probes                    map[uint64]probeRecord
+	lastProbe                 uint64
 	// changed (buffer 1) is signalled whenever slots become free or the
 	// owed count falls: the puller and a stop wait on it.
 	changed chan struct{}
