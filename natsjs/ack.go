@@ -5,81 +5,146 @@ import (
 	"time"
 )
 
-// A handled message is acked on the worker that ran its handler, at once,
-// with a plain Ack; its slot is then acked (see slotBook), free for a pull
-// that travels as a later ack. When enough slots are to be had (pullAt
-// while messages wait for the workers, else one), the ack itself carries
-// the next pull (+NXT): the server registers that pull only after it has
-// processed the ack, and it processes the acks that one connection sends
-// to one consumer in the order they were sent (its read loop queues them
-// for the consumer as it reads them, and one goroutine of the consumer
-// takes them in order). So the server can serve the pull only once it
-// knows of every ack sent before: what it counts as delivered to this
+// The acker acks the handled messages, a batch at a time, off the workers.
+// It acks each message of a batch with a plain Ack but the last, whose ack
+// carries the next pull (+NXT): the server registers that pull only after
+// it has processed the ack, and it processes the acks that one connection
+// sends to one consumer in the order they were sent (its read loop queues
+// them for the consumer as it reads them, and one goroutine of the
+// consumer takes them in order). So the batch's slots go into that pull at
+// once, without waiting for a round trip, and the server can serve it only
+// once it knows of every ack before: what it counts as delivered to this
 // process and not acked stays within the bound, even if it were to read
-// some acks and lose them, and no slot waits for a round trip.
+// some acks and lose them.
 //
-// Acked slots that no ack carried away (too few of them for a pull, or
-// the workers went idle) go into a pull the puller sends as an ack again
-// of the last message the run acked (see pullLoop). When the run stops,
-// they go into a probe instead: that ack again asks for an answer, and the
-// slots wait for it; a stop waits for its probes. So when Run returns, the
-// server has confirmed that it processed every ack the run sent, or the
-// error handler was told it did not (ErrNotConfirmed).
+// When no pull is to follow (the run is stopping), the last ack asks for
+// an answer instead (a DoubleAck), and the batch's slots stay taken until
+// the answer comes, or the settle timeout passes: a probe. A stop waits
+// for its probes: when Run returns, the server has confirmed every ack the
+// run sent, or the error handler was told it did not (ErrNotConfirmed).
+//
+// A batch is whatever was handled while the acker was busy, once it counts
+// ackAt messages: under load, batches grow. A batch does not wait for ackAt
+// messages when no message waits for a worker (the slots are needed), when
+// the watcher polls, or once the stop has begun.
 
-// ackHandled acks m, whose handler returned nil, and ends its stay.
-func (r *run) ackHandled(m *message) {
-	defer r.running.Done()
-	r.mu.Lock()
-	delete(r.held, m)
-	r.mu.Unlock()
-	if m.close() {
-		// The handler settled m itself, before it returned: its settling
-		// went before any later ack, as an ack of the run's would. Before
-		// the run acked anything itself, no ack can carry its slot: it is
-		// free at once, unconfirmed.
-		if r.lastAcked.Load() == nil {
-			r.slots.releaseHeld(1)
-		} else {
-			r.slots.ackSent()
-		}
-		return
+// queueAck hands m, whose handler returned nil, to the acker. Its stay, and
+// its count in running, end once the acker has acked it.
+func (r *run) queueAck(m *message) {
+	r.ackMu.Lock()
+	r.toAck = append(r.toAck, m)
+	due := len(r.toAck) >= r.ackAt
+	r.ackMu.Unlock()
+	if due || r.waiting.Load() == 0 {
+		r.wakeAcker()
 	}
-	if r.ctx.Err() == nil {
-		want := 1
-		if r.waiting.Load() > 0 {
-			want = r.pullAt
-		}
-		if id, n := r.slots.carryAck(r.maxBatch, want, time.Now().Add(r.pullDeadline())); n > 0 {
-			body := append([]byte("+NXT "), r.pullBody(nil, n)...)
-			if err := r.nc.PublishRequest(m.msg.Reply, r.pullReply(id), body); err != nil {
-				r.slots.ended(id, -1)
-				r.report(m.messageError("ack", err))
-				r.pullFailed(err)
-			}
-			r.lastAcked.Store(m)
+}
+
+// ackNow has the acker ack every queued message, however few.
+func (r *run) ackNow() {
+	r.ackMu.Lock()
+	r.ackAll = len(r.toAck) > 0
+	r.ackMu.Unlock()
+	r.wakeAcker()
+}
+
+// starving tells the puller and the acker that no message waits for a
+// worker any more: they stop waiting for batches.
+func (r *run) starving() {
+	select {
+	case r.pullNow <- struct{}{}:
+	default: // the puller is already due to look
+	}
+	r.wakeAcker()
+}
+
+func (r *run) wakeAcker() {
+	select {
+	case r.ackWake <- struct{}{}:
+	default: // the acker is already due to look
+	}
+}
+
+// ackLoop is the acker: it acks the queued messages, a batch at a time,
+// until exit is closed. Only the stop closes exit, once running says that
+// every handled message was acked.
+func (r *run) ackLoop(exit <-chan struct{}) {
+	var batch []*message // reused: it and toAck swap arrays
+	var body []byte      // reused: a pull's +NXT
+	for {
+		select {
+		case <-r.ackWake:
+		case <-exit:
 			return
 		}
-	}
-	r.send(m, ackAck, "ack")
-	r.lastAcked.Store(m)
-	r.slots.ackSent()
-}
-
-// probeAcked sends the acked slots' probe, at the end of a stop.
-func (r *run) probeAcked() {
-	last := r.lastAcked.Load()
-	if last == nil {
-		r.slots.freeAcked()
-		return
-	}
-	if id, _ := r.slots.probeAcked(time.Now().Add(settleTimeout)); id != 0 {
-		r.sendProbe(last, id)
+		r.ackMu.Lock()
+		if r.ackAll || len(r.toAck) >= r.ackAt || r.waiting.Load() == 0 {
+			batch, r.toAck = r.toAck, batch
+			r.ackAll = false
+		}
+		r.ackMu.Unlock()
+		if len(batch) > 0 {
+			body = r.ackBatch(batch, body)
+			clear(batch) // let the settled messages go
+			batch = batch[:0]
+		}
 	}
 }
 
-// sendProbe acks m, which the run acked already, asking the server to
-// answer probe id once it has processed the ack, and so every ack the
-// connection sent to the consumer before.
+// ackBatch acks every message in batch that its handler did not settle
+// itself, and ends the messages' stay. The last message it acks carries
+// a pull, or, during a stop, a probe. A batch of messages that their
+// handlers all settled themselves has nothing of the run's to carry
+// either: its slots are freed at once, as the handlers' own settling was
+// sent before they returned.
+func (r *run) ackBatch(batch []*message, body []byte) []byte {
+	carrier := -1
+	for i, m := range batch {
+		if !m.close() {
+			carrier = i
+		}
+	}
+	for i, m := range batch {
+		if i < carrier && !m.settled {
+			r.send(m, ackAck, "ack")
+		}
+	}
+	r.mu.Lock()
+	for _, m := range batch {
+		delete(r.held, m)
+	}
+	r.mu.Unlock()
+	defer r.running.Add(-len(batch))
+	if carrier < 0 {
+		r.slots.releaseHeld(len(batch))
+		return body
+	}
+	c := batch[carrier]
+	now := time.Now()
+	probeDeadline := now.Add(settleTimeout)
+	if r.ctx.Err() != nil || r.noCarry {
+		id := r.slots.probeAcked(len(batch), probeDeadline, append([]*message(nil), batch...))
+		r.sendProbe(c, id)
+		r.lastAcked.Store(c)
+		return body
+	}
+	pullID, n, probeID := r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline()), probeDeadline, append([]*message(nil), batch...))
+	body = append(append(body[:0], "+NXT "...), r.pullBody(nil, n)...)
+	if err := r.nc.PublishRequest(c.msg.Reply, r.pullReply(pullID), body); err != nil {
+		r.slots.ended(pullID, -1)
+		r.report(c.messageError("ack", err))
+		r.pullFailed(err)
+	}
+	if probeID != 0 {
+		r.sendProbe(c, probeID) // an ack again, with a reply
+	}
+	r.lastAcked.Store(c)
+	return body
+}
+
+// sendProbe acks m, which the run acked already or acks now, asking the
+// server to answer probe id once it has processed the ack, and so every
+// ack the connection sent to the consumer before.
 func (r *run) sendProbe(m *message, id uint64) {
 	if err := r.nc.PublishRequest(m.msg.Reply, r.probeReply(id), ackAck); err != nil {
 		r.probeFailed(id, fmt.Errorf("%w: %w", ErrNotConfirmed, err))
@@ -96,16 +161,16 @@ func (r *run) probeFailed(id uint64, err error) {
 
 // reportProbe tells the error handler of the acks probe p did not confirm.
 func (r *run) reportProbe(p probeRecord, err error) {
-	r.report(fmt.Errorf("natsjs: Run: consumer %q: the server did not confirm the acks of %d messages (the last acked: %v): %w",
-		r.name, p.n, r.lastAckedError(), err))
-}
-
-// lastAckedError names the last message the run acked, for an error.
-func (r *run) lastAckedError() string {
-	m := r.lastAcked.Load()
-	if m == nil {
-		return "none"
+	if r.cfg.onError == nil {
+		return
 	}
-	stream, seq := m.sequence()
-	return fmt.Sprintf("%s/%d", stream, seq)
+	if len(p.msgs) == 0 {
+		r.report(fmt.Errorf("natsjs: Run: consumer %q: %d messages asked for were neither delivered nor returned: %w", r.name, p.n, err))
+		return
+	}
+	for _, m := range p.msgs {
+		if !m.settled {
+			r.report(m.messageError("confirm ack", err))
+		}
+	}
 }

@@ -22,7 +22,7 @@ import (
 // -benchtime (such as 20000x) so that all consume the same number, and
 // interleave the runs:
 //
-//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Run|Messages)$' -benchtime 20000x; done > bench.txt
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Run|RunNoCarry|Messages)$' -benchtime 20000x; done > bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
 //
 // (-bench Loopback runs every implementation below.)
@@ -36,6 +36,9 @@ import (
 // The implementations:
 //   - Run: natsjs.Run with its default bound, 2n messages held;
 //   - Run500: natsjs.Run holding up to 500, as Messages does;
+//   - RunNoCarry: Run whose acker confirms each batch of acks before it
+//     frees their slots, as v1 did, rather than carry the next pull in
+//     the last ack: what carrying gives;
 //   - Messages: the peer, the plain loop, with Messages' default
 //     buffer of 500 messages, acking with Ack, which does not wait for the
 //     server;
@@ -57,7 +60,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Run", "Run500", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
+			for _, impl := range []string{"Run", "Run500", "RunNoCarry", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -93,11 +96,13 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	b.ResetTimer()
 	start, startCPU := time.Now(), cpuTime()
 	switch impl {
-	case "Run", "Run500":
+	case "Run", "Run500", "RunNoCarry":
 		var opts []natsjs.Option
 		if impl == "Run500" {
 			opts = append(opts, natsjs.WithMaxInFlight(500))
 		}
+		natsjs.SetNoCarry(impl == "RunNoCarry")
+		defer natsjs.SetNoCarry(false)
 		p := workerpool.New(n)
 		defer p.Stop()
 		ctx, cancel := context.WithCancel(context.Background())

@@ -163,7 +163,7 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 		return workerpool.ErrStopped
 	}
 	nc := js.Conn()
-	r := newRun(ctx, s, nc, cons, h, cfg)
+	r := newRun(ctx, s, nc, cons, h, cfg, size)
 	r.name = info.Name
 	r.nextSubject = apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
 	r.inbox = nc.NewInbox() + "."
@@ -175,16 +175,10 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	if c.MaxRequestExpires > 0 {
 		r.pullExpires = min(r.pullExpires, c.MaxRequestExpires)
 	}
-	// The slots beyond the pool's workers let messages wait for a worker
-	// while others are pulled. Waiting for half of them before pulling,
-	// while messages wait, leaves the other half waiting for the workers
-	// meanwhile, and saves the server pulls and the process wake-ups.
-	// Those delay its timers, a handler's time.Sleep among them: an idle
-	// Go process waits for its next timer in coarse steps, counted from
-	// its last wake-up.
 	r.pullAt = max(1, min((cfg.maxInFlight-size)/2, r.maxBatch))
 	r.maxDeliver.Store(int64(c.MaxDeliver))
 	r.progressEvery.Store(int64(progress))
+	r.noCarry = noCarry
 	return r.run()
 }
 
@@ -237,3 +231,8 @@ const (
 // dead-letter publication. It is a variable so that a test can make it
 // longer than the test.
 var settleTimeout = 5 * time.Second
+
+// noCarry makes the acker confirm each batch of acks, freeing its slots
+// when the server answers, rather than carry the next pull in the last
+// ack: the way of v1, which a benchmark compares.
+var noCarry = false

@@ -21,12 +21,9 @@ import (
 // after a reconnection; the pulls sent before it stay owed until their
 // expiry, as the server may still serve them.
 
-// pullLoop is the puller: it sends a pull whenever slots are to be had,
-// until r.ctx is done. While messages wait for the workers it waits for
-// pullAt slots, to send fewer, larger pulls. The pull takes the free slots
-// and the acked ones: it travels as an ack again of the last message the
-// run acked, which the server processes after every ack sent before it
-// (see ack.go). Before any ack, it is a plain pull of free slots.
+// pullLoop is the puller: it sends a plain pull whenever free slots are
+// available, until r.ctx is done. While messages wait for the workers it
+// waits for pullAt free slots, to send fewer, larger pulls.
 func (r *run) pullLoop() {
 	for {
 		if r.ctx.Err() != nil {
@@ -43,8 +40,7 @@ func (r *run) pullLoop() {
 		if r.waiting.Load() > 0 {
 			want = r.pullAt
 		}
-		last := r.lastAcked.Load()
-		id, n := r.slots.takeForPull(r.maxBatch, want, last != nil, time.Now().Add(r.pullDeadline()))
+		id, n := r.slots.takeForPull(r.maxBatch, want, time.Now().Add(r.pullDeadline()))
 		if n == 0 {
 			select {
 			case <-r.slots.changed:
@@ -54,11 +50,7 @@ func (r *run) pullLoop() {
 			}
 			continue
 		}
-		subject, body := r.nextSubject, r.pullBody(nil, n)
-		if last != nil {
-			subject, body = last.msg.Reply, append([]byte("+NXT "), body...)
-		}
-		if err := r.nc.PublishRequest(subject, r.pullReply(id), body); err != nil {
+		if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(id), r.pullBody(nil, n)); err != nil {
 			r.slots.ended(id, -1)
 			r.pullFailed(fmt.Errorf("sending a pull: %w", err))
 		}

@@ -40,10 +40,14 @@ type run struct {
 	inbox       string        // the prefix of the reply subjects, ending in "."
 	maxBatch    int           // the most messages one pull asks for
 	pullExpires time.Duration // how long a pull waits for messages
-	// pullAt is how many slots a pull waits for while messages wait for a
-	// worker (see waiting): larger pulls cost the server less, and the
-	// process fewer wake-ups (see Run).
-	pullAt int
+	// pullAt and ackAt are how many free slots the puller waits for before
+	// it pulls, and how many handled messages the acker waits for before
+	// it acks them, while messages wait for a worker (see waiting):
+	// batches cost fewer wake-ups of the process (see newRun).
+	pullAt, ackAt int
+	// noCarry makes the acker probe rather than carry pulls (tests and
+	// benchmarks measure what carrying gives).
+	noCarry bool
 
 	// Read again while the run runs (see refresh): the consumer's
 	// MaxDeliver (0 or less: no limit), and the progress interval.
@@ -91,26 +95,46 @@ type run struct {
 	// waiting counts the held messages in stage waiting, which the
 	// workers are yet to start. It changes under mu, with a stage, and is
 	// read without it. When it falls to zero, the workers are about to
-	// run out of messages: pulls stop waiting for pullAt slots, and
-	// pullNow (buffer 1) tells the puller so.
+	// run out of messages: the puller and the acker stop waiting for
+	// their batches, and pullNow (buffer 1) tells the puller so.
 	waiting atomic.Int64
 	pullNow chan struct{}
 
-	// lastAcked is the last message the run acked. Its ack is sent again
-	// to carry a pull, or a probe (see ack.go).
+	// toAck holds the handled messages that the acker is yet to ack, and
+	// ackAll says to take them all, whatever ackAt says; both guarded by
+	// ackMu. ackWake (buffer 1) tells the acker to look.
+	ackMu   sync.Mutex
+	toAck   []*message
+	ackAll  bool
+	ackWake chan struct{}
+	// lastAcked is the last message the acker acked: a probe for pulls
+	// the server did not answer acks it again (see sweep).
 	lastAcked atomic.Pointer[message]
 
 	errMu sync.Mutex // one call of the error handler at a time
 }
 
 // newRun returns the run of one Run call, its arguments checked.
-func newRun(ctx context.Context, s workerpool.Submitter, nc *nats.Conn, cons jetstream.Consumer, h Handler, cfg config) *run {
+func newRun(ctx context.Context, s workerpool.Submitter, nc *nats.Conn, cons jetstream.Consumer, h Handler, cfg config, size int) *run {
+	// The slots beyond the pool's workers let messages wait for a worker
+	// while others are pulled or acked. Waiting for half of them to be
+	// free, or handled, before pulling, or acking, leaves the other half
+	// waiting for the workers meanwhile, and saves wake-ups of a process
+	// that would otherwise be idle. Those delay its timers, a handler's
+	// time.Sleep among them: an idle Go process waits for its next timer
+	// in coarse steps, counted from the last wake-up. Acks wait for at
+	// most half the pool's size, so that a handled message is acked soon
+	// even when WithMaxInFlight is large, and the watcher has them acked
+	// at its next poll whatever their number.
+	spare := cfg.maxInFlight - size
 	r := &run{
 		s: s, cons: cons, nc: nc, h: h, cfg: cfg,
 		slots:   newSlotBook(cfg.maxInFlight),
+		ackAt:   max(1, min(spare, size)/2),
 		queue:   make(chan *message, cfg.maxInFlight),
 		held:    make(map[*message]struct{}),
 		pullNow: make(chan struct{}, 1),
+		ackWake: make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	return r
@@ -137,13 +161,18 @@ func (r *run) run() error {
 		defer close(feederDone)
 		r.feed()
 	}()
+	ackerDone := make(chan struct{})
+	ackerExit := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		r.ackLoop(ackerExit)
+	}()
 
 	r.pullLoop()
-	r.slots.stop()
 
 	// Wait until nothing is owed: every pull ended, was served, or expired.
 	for {
-		if _, owed, _, _, _ := r.slots.counts(); owed == 0 {
+		if _, owed, _, _ := r.slots.counts(); owed == 0 {
 			break
 		}
 		<-r.slots.changed // the watcher sweeps expired pulls
@@ -155,11 +184,12 @@ func (r *run) run() error {
 	close(r.queue)
 	<-feederDone
 	r.running.Wait()
-	// Every handler has settled its message, and every handled one was
-	// acked: have the server confirm the acks no pull carried, and wait.
-	r.probeAcked()
+	// Every handler has settled its message, and the acker acked every
+	// handled one: wait for the server to confirm the acks.
+	close(ackerExit)
+	<-ackerDone
 	for {
-		if _, _, _, _, probing := r.slots.counts(); probing == 0 {
+		if _, _, _, probing := r.slots.counts(); probing == 0 {
 			break
 		}
 		<-r.slots.changed // an answer, or the watcher's timeout
@@ -261,13 +291,8 @@ func (r *run) poll() {
 	for _, p := range r.slots.expireProbes(now, false) {
 		r.reportProbe(p, ErrNotConfirmed)
 	}
-	// Acked slots wait for a pull to carry them at most until now.
-	if _, _, _, acked, _ := r.slots.counts(); acked > 0 {
-		select {
-		case r.pullNow <- struct{}{}:
-		default:
-		}
-	}
+	// Handled messages wait for a batch at most until now.
+	r.ackNow()
 }
 
 // heldMsgs appends every held message to buf.
@@ -295,6 +320,8 @@ func (r *run) handBackWaiting() {
 		}
 	}
 	r.mu.Unlock()
+	// No message waits now, nor will: the acker acks whatever comes.
+	r.ackNow()
 	for _, m := range back {
 		r.handBack(m)
 	}

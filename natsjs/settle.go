@@ -28,12 +28,7 @@ func (r *run) runTask(m *message) {
 	}
 	m.stage = started
 	if r.waiting.Add(-1) == 0 {
-		// The workers are about to run out: pull without waiting for a
-		// batch.
-		select {
-		case r.pullNow <- struct{}{}:
-		default: // the puller is due to look already
-		}
+		r.starving()
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
@@ -44,7 +39,8 @@ func (r *run) runTask(m *message) {
 	err := errHandlerPanicked
 	defer func() {
 		if err == nil {
-			r.ackHandled(m)
+			// The worker is free at once; the acker acks m.
+			r.queueAck(m)
 			return
 		}
 		defer r.running.Done()

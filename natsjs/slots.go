@@ -7,23 +7,21 @@ import (
 )
 
 // A slotBook keeps the in-flight bound. Each of its slots is, at every
-// moment, in exactly one of five places, so that free + owed + held +
-// acked + probing is the bound:
+// moment, in exactly one of four places, so that free + owed + held +
+// probing is the bound:
 //   - free: any pull may ask for a message in it;
 //   - owed: a pull asked for a message in it, and the server may still
 //     deliver one;
 //   - held: a message taken and not yet settled is in it;
-//   - acked: the ack of its message was sent; only a pull that travels as
-//     an ack sent later (+NXT, see ack.go) may take it;
 //   - probing: an ack freed it, the server has not confirmed that it
 //     processed that ack, and a probe (an ack with a reply) asks it to.
 //
-// A slot an ack frees goes into a pull only if that pull travels as an ack
-// sent after it: the server then processes the acks before it registers
-// the pull. Any other pull takes free slots only, so that the server never
-// serves a pull in a slot whose ack it may not have processed: what the
-// server counts as delivered to this process and not acked never exceeds
-// the bound. A slot is counted acked only once its ack was sent.
+// A slot an ack frees goes straight into a pull only if that pull travels
+// as the ack itself (+NXT, see ack.go): the server then processes the ack
+// before it registers the pull. Any other pull takes free slots only, so
+// that the server never serves a pull in a slot whose ack it may not have
+// processed: what the server counts as delivered to this process and not
+// acked never exceeds the bound.
 //
 // The server does not say which pull a message was for. What it owes is
 // counted as a whole: asked for, less delivered, less the pending counts
@@ -34,10 +32,8 @@ import (
 //
 // slotBook does no I/O: the run sends what it decides.
 type slotBook struct {
-	mu                               sync.Mutex
-	free, owed, held, acked, probing int
-	// stopped is set when the run stops: no pull may start after it.
-	stopped bool
+	mu                        sync.Mutex
+	free, owed, held, probing int
 	pulls                     []pullRecord // live pulls, oldest first
 	liveSum                   int          // the sum of n over pulls
 	lastPull                  uint64
@@ -93,88 +89,45 @@ func (b *slotBook) addProbe(n int, deadline time.Time, msgs []*message) uint64 {
 	return b.lastProbe
 }
 
-// stop forbids pulls from now on.
-func (b *slotBook) stop() {
+// takeForPull takes free slots for a plain pull, at most maxN, if at least
+// minN are free, and records the pull. It returns the pull's id and size,
+// 0 if it took none.
+func (b *slotBook) takeForPull(maxN, minN int, deadline time.Time) (id uint64, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.stopped = true
-}
-
-// takeForPull takes slots for a pull, at most maxN, if at least minN are
-// to be had, and records the pull: the free slots and, if carried (the
-// pull travels as an ack sent after every ack counted so far), the acked
-// ones. It returns the pull's id and size, 0 if it took none.
-func (b *slotBook) takeForPull(maxN, minN int, carried bool, deadline time.Time) (id uint64, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	avail := b.free
-	if carried {
-		avail += b.acked
-	}
-	if b.stopped || avail < max(minN, 1) {
+	if b.free < max(minN, 1) {
 		return 0, 0
 	}
-	n = min(avail, maxN)
-	fromAcked := 0
-	if carried {
-		fromAcked = min(b.acked, n)
-		b.acked -= fromAcked
-	}
-	b.free -= n - fromAcked
+	n = min(b.free, maxN)
+	b.free -= n
 	return b.addPull(n, deadline), n
 }
 
-// carryAck decides whether the ack of held message m, about to be sent,
-// carries a pull: if at least minN slots are to be had with m's (the acked
-// ones, whose acks went before, and the free ones). If so it frees m's
-// slot into the pull, which it records, and returns the pull's id and
-// size; else it changes nothing and returns 0.
-func (b *slotBook) carryAck(maxN, minN int, deadline time.Time) (id uint64, n int) {
+// carry settles acked held messages whose acks go out now, the last of
+// them carrying a pull: the pull takes their slots and the free ones, at
+// most maxN. Acked slots that do not fit go to a probe (probeID 0 if
+// none). It returns the pull's id and size.
+func (b *slotBook) carry(acked, maxN int, pullDeadline, probeDeadline time.Time, msgs []*message) (pullID uint64, n int, probeID uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	avail := b.acked + 1 + b.free
-	if b.stopped || avail < max(minN, 1) {
-		return 0, 0
-	}
-	n = min(avail, maxN)
-	b.held--
-	fromAcked := min(b.acked+1, n)
-	b.acked -= fromAcked - 1
+	b.held -= acked
+	n = min(acked+b.free, maxN)
+	fromAcked := min(acked, n)
 	b.free -= n - fromAcked
-	return b.addPull(n, deadline), n
-}
-
-// ackSent moves the slot of a held message whose ack (or its handler's own
-// settling) was sent to the acked ones, and reports how many there are.
-func (b *slotBook) ackSent() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.held--
-	b.acked++
-	return b.acked
-}
-
-// probeAcked moves the acked slots to a probe, which the caller sends as an
-// ack after every ack counted so far, with a reply; probeID 0 if there are
-// none.
-func (b *slotBook) probeAcked(deadline time.Time) (probeID uint64, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, b.acked = b.acked, 0
-	if n == 0 {
-		return 0, 0
+	pullID = b.addPull(n, pullDeadline)
+	if left := acked - fromAcked; left > 0 {
+		probeID = b.addProbe(left, probeDeadline, msgs)
 	}
-	return b.addProbe(n, deadline, nil), n
+	return pullID, n, probeID
 }
 
-// freeAcked frees the acked slots unconfirmed, when no message the run
-// acked itself can carry a probe (every handler settled its own).
-func (b *slotBook) freeAcked() {
+// probeAcked settles acked held messages whose acks go out now, the last
+// of them with a reply: their slots wait for the server's answer.
+func (b *slotBook) probeAcked(acked int, deadline time.Time, msgs []*message) uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.free += b.acked
-	b.acked = 0
-	b.signal()
+	b.held -= acked
+	return b.addProbe(acked, deadline, msgs)
 }
 
 // releaseHeld frees the slots of n held messages that were settled without
@@ -319,8 +272,8 @@ func (b *slotBook) expireProbes(now time.Time, all bool) []probeRecord {
 }
 
 // counts returns where the slots are.
-func (b *slotBook) counts() (free, owed, held, acked, probing int) {
+func (b *slotBook) counts() (free, owed, held, probing int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.free, b.owed, b.held, b.acked, b.probing
+	return b.free, b.owed, b.held, b.probing
 }
