@@ -32,6 +32,7 @@ func requireAtLeastOnce(t *testing.T, ta *tally, n, maxDup int) {
 }
 
 func TestALostConnectionLosesNothingAndRunCarriesOn(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
 	const jobs, inFlight = 200, 8
 	s := startServer(t)
 	nc, js := connect(t, s)
@@ -59,6 +60,7 @@ func TestALostConnectionLosesNothingAndRunCarriesOn(t *testing.T) {
 }
 
 func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
 	const jobs, inFlight = 100, 8
 	dir := t.TempDir()
 	s := startServerAt(t, -1, dir)
@@ -86,6 +88,7 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 }
 
 func TestAClosedConnectionEndsRunAndItsMessagesGoElsewhere(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
 	const jobs = 60
 	s := startServer(t)
 	ncA, jsA := connect(t, s)

@@ -43,6 +43,7 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 	}
 	for _, tc := range pools {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own server
 			s := startServer(t)
 			_, js := connect(t, s)
 			cons := workQueue(t, js, 30*time.Second, 0)
@@ -69,6 +70,7 @@ func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testin
 	backoff := func(delivery uint64) time.Duration { return time.Duration(delivery) * 300 * time.Millisecond }
 	for _, kind := range []string{"error", "panic", "goexit"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // waits on backoffs, not the CPU
 			s := startServer(t)
 			_, js := connect(t, s)
 			cons := workQueue(t, js, 30*time.Second, 0)

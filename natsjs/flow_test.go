@@ -28,6 +28,7 @@ func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own server
 			bound := tc.maxInFlight
 			var opts []natsjs.Option
 			if bound == 0 {

@@ -49,8 +49,8 @@
 // # Stopping
 //
 // When ctx is done, Run starts no more handlers and asks for no more
-// messages. As soon as the pulls it sent end, within about half a second,
-// it hands back (Nak) every message whose handler has not started, so
+// messages. As soon as the pulls it sent end, within about a quarter of a
+// second, it hands back (Nak) every message whose handler has not started, so
 // that other processes get them without waiting for AckWait. It waits for
 // the running handlers to finish, acks the handled messages, waits for the
 // server to confirm that it processed those acks (at most five seconds),
@@ -218,7 +218,7 @@ const (
 	// pullWait is how long one pull waits for messages: about the longest
 	// a stop waits for its pulls to end before it hands messages back (see
 	// the package doc). An idle process sends a few pulls a second.
-	pullWait = 500 * time.Millisecond
+	pullWait = 250 * time.Millisecond
 	// minPullWait is the shortest pull Run sends; a consumer whose
 	// MaxRequestExpires is shorter would have it pull without a pause.
 	minPullWait = 10 * time.Millisecond

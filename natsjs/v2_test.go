@@ -31,6 +31,7 @@ func TestAHandlerThatCallsGoexitFailsUnderEveryOverflowPolicyAndRunGoesOn(t *tes
 	}
 	for _, tc := range policies {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // waits on backoffs, not the CPU
 			s := startServer(t)
 			_, js := connect(t, s)
 			cons := workQueue(t, js, 30*time.Second, 0)
@@ -194,6 +195,7 @@ func TestRunOnASubpoolKeepsItsLimitAndTheRestOfThePoolFree(t *testing.T) {
 }
 
 func TestTheErrorHandlerIsToldOfADeadLetterThatCannotBePublished(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 1)
@@ -253,6 +255,7 @@ func TestAProgressMessageNeverUndoesTheDelayOfANak(t *testing.T) {
 }
 
 func TestAMessageHeldLongerThanTheConsumersBackOffIsNotRedelivered(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
 	s := startServer(t)
 	_, js := connect(t, s)
 	workQueue(t, js, 30*time.Second, 0)
