@@ -122,13 +122,19 @@ func (r *run) ackBatch(batch []*message, body []byte) []byte {
 	c := batch[carrier]
 	now := time.Now()
 	probeDeadline := now.Add(settleTimeout)
-	if r.ctx.Err() != nil || r.noCarry {
-		id := r.slots.probeAcked(len(batch), probeDeadline, append([]*message(nil), batch...))
+	msgs := append([]*message(nil), batch...)
+	var pullID, probeID uint64
+	var n int
+	if r.ctx.Err() == nil && !r.noCarry {
+		pullID, n, probeID = r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline()), probeDeadline, msgs)
+	}
+	if n == 0 {
+		// The run is stopping: no pull may follow.
+		id := r.slots.probeAcked(len(batch), probeDeadline, msgs)
 		r.sendProbe(c, id)
 		r.lastAcked.Store(c)
 		return body
 	}
-	pullID, n, probeID := r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline()), probeDeadline, append([]*message(nil), batch...))
 	body = append(append(body[:0], "+NXT "...), r.pullBody(nil, n)...)
 	if err := r.nc.PublishRequest(c.msg.Reply, r.pullReply(pullID), body); err != nil {
 		r.slots.ended(pullID, -1)

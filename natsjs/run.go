@@ -169,6 +169,9 @@ func (r *run) run() error {
 	}()
 
 	r.pullLoop()
+	// From now on no pull starts, not even one an ack would carry: once
+	// nothing is owed, nothing more comes.
+	r.slots.stop()
 
 	// Wait until nothing is owed: every pull ended, was served, or expired.
 	for {

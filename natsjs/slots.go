@@ -34,11 +34,13 @@ import (
 type slotBook struct {
 	mu                        sync.Mutex
 	free, owed, held, probing int
-	pulls                     []pullRecord // live pulls, oldest first
-	liveSum                   int          // the sum of n over pulls
-	lastPull                  uint64
-	probes                    map[uint64]probeRecord
-	lastProbe                 uint64
+	// stopped is set when the run stops: no pull may start after it.
+	stopped   bool
+	pulls     []pullRecord // live pulls, oldest first
+	liveSum   int          // the sum of n over pulls
+	lastPull  uint64
+	probes    map[uint64]probeRecord
+	lastProbe uint64
 	// changed (buffer 1) is signalled whenever slots become free or the
 	// owed count falls: the puller and a stop wait on it.
 	changed chan struct{}
@@ -95,7 +97,7 @@ func (b *slotBook) addProbe(n int, deadline time.Time, msgs []*message) uint64 {
 func (b *slotBook) takeForPull(maxN, minN int, deadline time.Time) (id uint64, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.free < max(minN, 1) {
+	if b.stopped || b.free < max(minN, 1) {
 		return 0, 0
 	}
 	n = min(b.free, maxN)
@@ -103,13 +105,24 @@ func (b *slotBook) takeForPull(maxN, minN int, deadline time.Time) (id uint64, n
 	return b.addPull(n, deadline), n
 }
 
+// stop forbids pulls from now on.
+func (b *slotBook) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+}
+
 // carry settles acked held messages whose acks go out now, the last of
 // them carrying a pull: the pull takes their slots and the free ones, at
 // most maxN. Acked slots that do not fit go to a probe (probeID 0 if
-// none). It returns the pull's id and size.
+// none). It returns the pull's id and size; 0 and nothing changed if the
+// run stopped, and the acks must go to a probe.
 func (b *slotBook) carry(acked, maxN int, pullDeadline, probeDeadline time.Time, msgs []*message) (pullID uint64, n int, probeID uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.stopped {
+		return 0, 0, 0
+	}
 	b.held -= acked
 	n = min(acked+b.free, maxN)
 	fromAcked := min(acked, n)

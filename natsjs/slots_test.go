@@ -86,4 +86,13 @@ func TestTheSlotBookKeepsEverySlotSomewhere(t *testing.T) {
 	require.True(t, b.delivered())
 	b.releaseHeld(1)
 	requireSlots(t, b, bound, 7, 0, 0, 1)
+
+	// Once stopped, no pull starts, not even one an ack would carry.
+	b.stop()
+	_, n = b.takeForPull(bound, 1, later)
+	require.Zero(t, n, "a pull started after the stop")
+	require.True(t, b.delivered()) // a late message still finds a slot
+	_, n, _ = b.carry(1, bound, later, later, nil)
+	require.Zero(t, n, "an ack carried a pull after the stop")
+	requireSlots(t, b, bound, 6, 0, 1, 1)
 }
