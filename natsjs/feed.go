@@ -42,6 +42,13 @@ func (r *run) register(m *message) {
 		}
 		// The bounded queue is full: the feeder waits for room.
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handingBack {
+		// A stop began meanwhile and handed m back with the others that
+		// waited; it closes queue next.
+		return
+	}
 	r.feeding.Add(1)
 	r.queue <- m // never blocks: see queue
 }
