@@ -7,21 +7,15 @@ import (
 
 // The acker acks the handled messages, a batch at a time, off the workers.
 // It acks each message of a batch with a plain Ack but the last, whose ack
-// carries the next pull (+NXT): the server registers that pull only after
-// it has processed the ack, and it processes the acks that one connection
-// sends to one consumer in the order they were sent (its read loop queues
-// them for the consumer as it reads them, and one goroutine of the
-// consumer takes them in order). So the batch's slots go into that pull at
-// once, without waiting for a round trip, and the server can serve it only
-// once it knows of every ack before: what it counts as delivered to this
-// process and not acked stays within the bound, even if it were to read
-// some acks and lose them.
-//
-// When no pull is to follow (the run is stopping), the last ack asks for
-// an answer instead (a DoubleAck), and the batch's slots stay taken until
-// the answer comes, or the settle timeout passes: a probe. A stop waits
-// for its probes: when Run returns, the server has confirmed every ack the
-// run sent, or the error handler was told it did not (ErrNotConfirmed).
+// frees the batch's slots: on the raw path it carries the next pull, which
+// takes them at once; on the fetch path, and on the raw path during a stop,
+// it asks the server for a confirmation (a probe), and the slots stay
+// taken until the server answers, or the settle timeout passes. A stop
+// waits for its probes: when Run returns, the server has confirmed every
+// ack the run sent, or the error handler was told it did not
+// (ErrNotConfirmed). Only the raw path can carry a pull: jetstream's Fetch
+// sends its pulls as requests of their own, which the server queues apart
+// from the acks.
 //
 // A batch is whatever was handled while the acker was busy, once it counts
 // ackAt messages: under load, batches grow. A batch does not wait for ackAt
@@ -70,7 +64,6 @@ func (r *run) wakeAcker() {
 // every handled message was acked.
 func (r *run) ackLoop(exit <-chan struct{}) {
 	var batch []*message // reused: it and toAck swap arrays
-	var body []byte      // reused: a pull's +NXT
 	for {
 		select {
 		case <-r.ackWake:
@@ -84,7 +77,7 @@ func (r *run) ackLoop(exit <-chan struct{}) {
 		}
 		r.ackMu.Unlock()
 		if len(batch) > 0 {
-			body = r.ackBatch(batch, body)
+			r.ackBatch(batch)
 			clear(batch) // let the settled messages go
 			batch = batch[:0]
 		}
@@ -93,11 +86,11 @@ func (r *run) ackLoop(exit <-chan struct{}) {
 
 // ackBatch acks every message in batch that its handler did not settle
 // itself, and ends the messages' stay. The last message it acks carries
-// a pull, or, during a stop, a probe. A batch of messages that their
+// a pull, or asks for a confirmation. A batch of messages that their
 // handlers all settled themselves has nothing of the run's to carry
 // either: its slots are freed at once, as the handlers' own settling was
 // sent before they returned.
-func (r *run) ackBatch(batch []*message, body []byte) []byte {
+func (r *run) ackBatch(batch []*message) {
 	carrier := -1
 	for i, m := range batch {
 		if !m.close() {
@@ -106,7 +99,7 @@ func (r *run) ackBatch(batch []*message, body []byte) []byte {
 	}
 	for i, m := range batch {
 		if i < carrier && !m.settled {
-			r.send(m, ackAck, "ack")
+			r.sent(m, "ack", m.wire.Ack())
 		}
 	}
 	r.mu.Lock()
@@ -117,7 +110,7 @@ func (r *run) ackBatch(batch []*message, body []byte) []byte {
 	defer r.running.Add(-len(batch))
 	if carrier < 0 {
 		r.slots.releaseHeld(len(batch))
-		return body
+		return
 	}
 	c := batch[carrier]
 	now := time.Now()
@@ -125,36 +118,26 @@ func (r *run) ackBatch(batch []*message, body []byte) []byte {
 	msgs := append([]*message(nil), batch...)
 	var pullID, probeID uint64
 	var n int
-	if r.ctx.Err() == nil && !r.noCarry {
-		pullID, n, probeID = r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline()), probeDeadline, msgs)
+	if r.canCarry && r.ctx.Err() == nil {
+		pullID, n, probeID = r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline), probeDeadline, msgs)
 	}
 	if n == 0 {
-		// The run is stopping: no pull may follow.
+		// No pull may follow: the path cannot carry one, or the run is
+		// stopping.
 		id := r.slots.probeAcked(len(batch), probeDeadline, msgs)
-		r.sendProbe(c, id)
+		r.path.confirm(c, id)
 		r.lastAcked.Store(c)
-		return body
+		return
 	}
-	body = append(append(body[:0], "+NXT "...), r.pullBody(nil, n)...)
-	if err := r.nc.PublishRequest(c.msg.Reply, r.pullReply(pullID), body); err != nil {
+	if err := r.path.carry(c, pullID, n); err != nil {
 		r.slots.ended(pullID, -1)
 		r.report(c.messageError("ack", err))
 		r.pullFailed(err)
 	}
 	if probeID != 0 {
-		r.sendProbe(c, probeID) // an ack again, with a reply
+		r.path.confirm(c, probeID) // an ack again, with a reply
 	}
 	r.lastAcked.Store(c)
-	return body
-}
-
-// sendProbe acks m, which the run acked already or acks now, asking the
-// server to answer probe id once it has processed the ack, and so every
-// ack the connection sent to the consumer before.
-func (r *run) sendProbe(m *message, id uint64) {
-	if err := r.nc.PublishRequest(m.msg.Reply, r.probeReply(id), ackAck); err != nil {
-		r.probeFailed(id, fmt.Errorf("%w: %w", ErrNotConfirmed, err))
-	}
 }
 
 // probeFailed frees the slots of probe id, which failed with err, and

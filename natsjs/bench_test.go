@@ -108,11 +108,11 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		stop = cancel
 		wg.Go(func() {
-			err := natsjs.Run(ctx, p, js, cons, func(context.Context, jetstream.Msg) error {
+			err := natsjs.Run(ctx, p, cons, func(context.Context, jetstream.Msg) error {
 				work()
 				count()
 				return nil
-			}, opts...)
+			}, append(opts, natsjs.WithJetStream(js))...)
 			if err != nil {
 				b.Error(err)
 			}

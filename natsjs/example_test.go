@@ -61,7 +61,9 @@ func ExampleRun() {
 		}
 		return nil // acks the message
 	}
-	err := natsjs.Run(ctx, p, js, cons, h, natsjs.WithMaxInFlight(8))
+	// WithJetStream is optional: Run then pulls on js's connection
+	// itself, which costs less per message than cons's own Fetch.
+	err := natsjs.Run(ctx, p, cons, h, natsjs.WithJetStream(js))
 
 	sort.Strings(shouted)
 	fmt.Println(shouted, err)

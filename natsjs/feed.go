@@ -13,7 +13,7 @@ import (
 // the task without waiting; otherwise it hands it to the feeder. Without
 // the direct path every message costs two more goroutine switches, to the
 // feeder and back; without the feeder a pool whose bounded queue blocks
-// would stop the subscription from taking in what the pulls bring, which
+// would stop the path from taking in what the pulls bring, which
 // then gets no progress messages.
 func (r *run) register(m *message) {
 	r.mu.Lock()

@@ -30,13 +30,12 @@ func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"nil ctx", func() error { return natsjs.Run(nil, p, js, cons, h) }}, //nolint:staticcheck // the point of the test
-		{"nil pool", func() error { return natsjs.Run(context.Background(), nil, js, cons, h) }},
-		{"nil *Pool", func() error { return natsjs.Run(context.Background(), nilPool, js, cons, h) }},
-		{"nil *Subpool", func() error { return natsjs.Run(context.Background(), nilSub, js, cons, h) }},
-		{"nil js", func() error { return natsjs.Run(context.Background(), p, nil, cons, h) }},
-		{"nil consumer", func() error { return natsjs.Run(context.Background(), p, js, nil, h) }},
-		{"nil handler", func() error { return natsjs.Run(context.Background(), p, js, cons, nil) }},
+		{"nil ctx", func() error { return natsjs.Run(nil, p, cons, h) }}, //nolint:staticcheck // the point of the test
+		{"nil pool", func() error { return natsjs.Run(context.Background(), nil, cons, h) }},
+		{"nil *Pool", func() error { return natsjs.Run(context.Background(), nilPool, cons, h) }},
+		{"nil *Subpool", func() error { return natsjs.Run(context.Background(), nilSub, cons, h) }},
+		{"nil consumer", func() error { return natsjs.Run(context.Background(), p, nil, h) }},
+		{"nil handler", func() error { return natsjs.Run(context.Background(), p, cons, nil) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,44 +48,46 @@ func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 }
 
 func TestRunReturnsErrInvalidConsumerForAConsumerItCannotServe(t *testing.T) {
-	s := startServer(t)
-	_, js := connect(t, s)
-	workQueue(t, js, 2*time.Second, 0)
-	p := newPool(t, 1)
-	h := func(context.Context, jetstream.Msg) error {
-		t.Error("a handler ran")
-		return nil
-	}
-	// A work-queue stream refuses such consumers; a limits stream does not.
-	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
-	require.NoError(t, err)
-	publishLogs := func() {
-		_, err := js.Publish(context.Background(), "logs.1", []byte("x"))
+	forEachPath(t, func(t *testing.T, via pullPath) {
+		s := startServer(t)
+		_, js := connect(t, s)
+		workQueue(t, js, 2*time.Second, 0)
+		p := newPool(t, 1)
+		h := func(context.Context, jetstream.Msg) error {
+			t.Error("a handler ran")
+			return nil
+		}
+		// A work-queue stream refuses such consumers; a limits stream does not.
+		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
 		require.NoError(t, err)
-	}
-	publishLogs()
-	cases := []struct {
-		name string
-		cfg  jetstream.ConsumerConfig
-		want string
-	}{
-		{"AckNone", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "AckExplicit"},
-		{"AckAll", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "AckExplicit"},
-		{"MaxRequestExpires below a pull's shortest wait", jetstream.ConsumerConfig{
-			AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 5 * time.Millisecond,
-		}, "MaxRequestExpires"},
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Durable = fmt.Sprint("c", i)
-			cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", tc.cfg)
+		publishLogs := func() {
+			_, err := js.Publish(context.Background(), "logs.1", []byte("x"))
 			require.NoError(t, err)
-			err = natsjs.Run(context.Background(), p, js, cons, h)
-			require.ErrorIs(t, err, natsjs.ErrInvalidConsumer)
-			assert.Contains(t, err.Error(), tc.want)
-			assert.Zero(t, consumerInfo(t, cons).Delivered.Consumer, "a message was delivered")
-		})
-	}
+		}
+		publishLogs()
+		cases := []struct {
+			name string
+			cfg  jetstream.ConsumerConfig
+			want string
+		}{
+			{"AckNone", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "AckExplicit"},
+			{"AckAll", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "AckExplicit"},
+			{"MaxRequestExpires below a pull's shortest wait", jetstream.ConsumerConfig{
+				AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 5 * time.Millisecond,
+			}, "MaxRequestExpires"},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.cfg.Durable = fmt.Sprint("c", i)
+				cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", tc.cfg)
+				require.NoError(t, err)
+				err = natsjs.Run(context.Background(), p, cons, h, via.opts(js)...)
+				require.ErrorIs(t, err, natsjs.ErrInvalidConsumer)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.Zero(t, consumerInfo(t, cons).Delivered.Consumer, "a message was delivered")
+			})
+		}
+	})
 }
 
 func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
@@ -104,6 +105,14 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		MaxDeliver: 4, BackOff: []time.Duration{2 * time.Second, 900 * time.Millisecond},
 	})
 	require.NoError(t, err)
+	// JetStream contexts that do not reach cons: one whose API prefix no
+	// server answers, and one of another server, with a stream and a
+	// consumer of the same names.
+	nc, _ := connect(t, s)
+	nowhere, err := jetstream.NewWithAPIPrefix(nc, "$JS.nowhere.API")
+	require.NoError(t, err)
+	_, otherJS := connect(t, startServer(t))
+	workQueue(t, otherJS, 2*time.Second, 0)
 	h := func(context.Context, jetstream.Msg) error {
 		t.Error("a handler ran")
 		return nil
@@ -123,6 +132,9 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		"WithDeadLetter(js, full wild)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.>")}},
 		"WithDeadLetter(js, empty tok)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead..jobs")}},
 		"WithDeadLetter(js, with space)":       {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead jobs")}},
+		"WithJetStream(nil)":                   {cons, []natsjs.Option{natsjs.WithJetStream(nil)}},
+		"WithJetStream(js of no JetStream)":    {cons, []natsjs.Option{natsjs.WithJetStream(nowhere)}},
+		"WithJetStream(js of another server)":  {cons, []natsjs.Option{natsjs.WithJetStream(otherJS)}},
 		"nil option":                           {cons, []natsjs.Option{nil}},
 		"a valid option, then an invalid one":  {cons, []natsjs.Option{natsjs.WithMaxInFlight(4), natsjs.WithMaxInFlight(0)}},
 	}
@@ -130,7 +142,7 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var err error
 			require.NotPanics(t, func() {
-				err = natsjs.Run(context.Background(), newPool(t, 1), js, tc.cons, h, tc.opts...)
+				err = natsjs.Run(context.Background(), newPool(t, 1), tc.cons, h, tc.opts...)
 			})
 			require.ErrorIs(t, err, jetstream.ErrInvalidOption)
 			assert.True(t, strings.HasPrefix(err.Error(), "natsjs: "), err.Error())
@@ -139,8 +151,8 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	// The same options, valid, are accepted: the checks are not blanket.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), js, backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
-		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs")))
+	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
+		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithJetStream(js)))
 	requireTookNothing(t, cons, 3)
 }
 
@@ -154,28 +166,30 @@ func TestDefaultBackoffDoublesFromOneSecondUpToAMinute(t *testing.T) {
 }
 
 func TestAHandlerMaySettleItsMessageItself(t *testing.T) {
-	s := startServer(t)
-	_, js := connect(t, s)
-	cons := workQueue(t, js, 30*time.Second, 0)
-	publishJobs(t, js, 3)
+	forEachPath(t, func(t *testing.T, via pullPath) {
+		s := startServer(t)
+		_, js := connect(t, s)
+		cons := workQueue(t, js, 30*time.Second, 0)
+		publishJobs(t, js, 3)
 
-	ta := newTally()
-	stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), js, cons,
-		func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			switch string(msg.Data()) {
-			case "0":
-				return msg.Term()
-			case "1":
-				// Acked, then failed: the ack stands.
-				require.NoError(t, msg.DoubleAck(ctx))
-				return fmt.Errorf("failed after acking")
-			default:
-				require.NoError(t, msg.Ack())
-				panic("panicked after acking")
-			}
-		}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
-	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
-	require.NoError(t, stop())
-	requireEachOnce(t, ta, 3)
+		ta := newTally()
+		stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), cons,
+			func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				switch string(msg.Data()) {
+				case "0":
+					return msg.Term()
+				case "1":
+					// Acked, then failed: the ack stands.
+					require.NoError(t, msg.DoubleAck(ctx))
+					return fmt.Errorf("failed after acking")
+				default:
+					require.NoError(t, msg.Ack())
+					panic("panicked after acking")
+				}
+			}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
+		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
+		require.NoError(t, stop())
+		requireEachOnce(t, ta, 3)
+	})
 }

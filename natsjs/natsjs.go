@@ -90,15 +90,18 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // [*workerpool.Subpool], until ctx is done, then takes no more, Naks at
 // once the messages it took but did not start (so another process gets
 // them without waiting for AckWait), waits for the running handlers to
-// finish and be acked, and returns nil. It does not stop s. js is the
-// JetStream context cons was obtained from: Run pulls on its connection.
+// finish and be acked, and returns nil. It does not stop s.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
 // [workerpool.WithPanicHandler]), once the message has been handed back.
 //
-// Run returns an error at once, without taking a message, if ctx, s, js,
-// cons or h is nil; if an option is invalid (the error wraps
+// Run pulls with cons's own Fetch, unless [WithJetStream] gives it the
+// JetStream context cons came from: then it pulls on that connection
+// itself, which costs less per message (see WithJetStream).
+//
+// Run returns an error at once, without taking a message, if ctx, s, cons
+// or h is nil; if an option is invalid (the error wraps
 // jetstream.ErrInvalidOption); if cons cannot be served
 // ([ErrInvalidConsumer]). It returns nil at once if ctx is already done.
 // If s is stopped, before or while Run runs, Run stops as if ctx were done
@@ -114,15 +117,13 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // Run reads the consumer's AckWait, BackOff and MaxDeliver when it starts
 // and again every progress interval; its pull limits (MaxRequestBatch,
 // MaxRequestExpires) only when it starts.
-func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, cons jetstream.Consumer, h Handler, opts ...Option) error {
+func Run(ctx context.Context, s workerpool.Submitter, cons jetstream.Consumer, h Handler, opts ...Option) error {
 	switch {
 	case ctx == nil:
 		return errors.New("natsjs: Run: ctx is nil")
 	case s == nil || reflect.ValueOf(s).IsNil():
 		return errors.New("natsjs: Run: the pool is nil")
-	case js == nil:
-		return errors.New("natsjs: Run: js is nil")
-	case cons == nil:
+	case cons == nil || reflect.ValueOf(cons).Kind() == reflect.Pointer && reflect.ValueOf(cons).IsNil():
 		return errors.New("natsjs: Run: the consumer is nil")
 	case h == nil:
 		return errors.New("natsjs: Run: the handler is nil")
@@ -162,11 +163,8 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	if poolStopped(s) {
 		return workerpool.ErrStopped
 	}
-	nc := js.Conn()
-	r := newRun(ctx, s, nc, cons, h, cfg, size)
+	r := newRun(ctx, s, cons, h, cfg, size)
 	r.name = info.Name
-	r.nextSubject = apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
-	r.inbox = nc.NewInbox() + "."
 	r.maxBatch = cfg.maxInFlight
 	if mb := c.MaxRequestBatch; mb > 0 {
 		r.maxBatch = min(r.maxBatch, mb)
@@ -178,8 +176,43 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	r.pullAt = max(1, min((cfg.maxInFlight-size)/2, r.maxBatch))
 	r.maxDeliver.Store(int64(c.MaxDeliver))
 	r.progressEvery.Store(int64(progress))
-	r.noCarry = noCarry
+	if cfg.js == nil {
+		r.path = &fetchPath{r: r, cons: cons}
+	} else {
+		if err := reaches(ctx, cfg.js, cons, info); err != nil {
+			r.cancel()
+			return err
+		}
+		raw, err := newRawPath(r, cfg.js, info)
+		if err != nil {
+			r.cancel()
+			return err
+		}
+		r.path = raw
+		r.pullDeadline = rawPullDeadline(r.pullExpires)
+		r.canCarry = !noCarry
+	}
 	return r.run()
+}
+
+// reaches checks, before the raw path pulls through js, that js reaches
+// cons: the same consumer, not one of the same name in another domain or
+// account, whose pulls would never be answered.
+func reaches(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, info *jetstream.ConsumerInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	fresh, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("natsjs: Run: reading consumer %q: %w", info.Name, err)
+	}
+	via, err := js.Consumer(ctx, info.Stream, info.Name)
+	if err != nil {
+		return fmt.Errorf("natsjs: WithJetStream: consumer %q of stream %q cannot be reached through js (%v): %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+	}
+	if got := via.CachedInfo(); got == nil || !got.Created.Equal(fresh.Created) {
+		return fmt.Errorf("natsjs: WithJetStream: js reaches another consumer %q of stream %q than cons: %w", info.Name, info.Stream, jetstream.ErrInvalidOption)
+	}
+	return nil
 }
 
 // redeliveryFloor returns the shortest time after which the server may
@@ -225,6 +258,9 @@ const (
 	// poolPoll is how often Run checks whether its pool was stopped, and
 	// gives up on pulls and probes the server did not answer in time.
 	poolPoll = 100 * time.Millisecond
+	// apiTimeout bounds a handler's DoubleAck whose ctx has no deadline,
+	// as jetstream's default API timeout does for its own messages.
+	apiTimeout = 5 * time.Second
 )
 
 // settleTimeout bounds the wait for an ack's confirmation and for a
@@ -232,7 +268,8 @@ const (
 // longer than the test.
 var settleTimeout = 5 * time.Second
 
-// noCarry makes the acker confirm each batch of acks, freeing its slots
-// when the server answers, rather than carry the next pull in the last
-// ack: the way of v1, which a benchmark compares.
+// noCarry makes the raw path's acker confirm each batch of acks, freeing
+// its slots when the server answers, rather than carry the next pull in
+// the last ack, as the fetch path must: a benchmark measures what carrying
+// gives.
 var noCarry = false

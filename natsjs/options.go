@@ -83,6 +83,35 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 	}
 }
 
+// WithJetStream gives [Run] the JetStream context cons came from, so that
+// it pulls on that context's connection itself instead of through cons's
+// Fetch: one subscription for the whole run rather than one per pull,
+// several pulls out at once, and each batch's last ack carrying the next
+// pull, so that a handled message's slot is reused without waiting for the
+// server to confirm its ack. A jetstream.Consumer does not expose its
+// connection, hence the option. On an embedded server, with a pool of 8
+// and empty jobs, it about doubles the jobs per second and halves the CPU
+// time per job (natsjs/README.md has the figures); with jobs that take a
+// millisecond or more the two ways are close. Every promise of Run holds
+// either way.
+//
+// js must not be nil, and must reach cons: Run checks, with a round trip
+// before it takes a message, that the consumer js finds under cons's
+// stream and name is cons, and returns an error wrapping
+// jetstream.ErrInvalidOption otherwise (a js of another domain, API
+// prefix or account). The js of [WithDeadLetter] only publishes dead
+// letters: Run pulls through a js only if WithJetStream names it, so
+// that a dead-letter subject in another domain or account works as well.
+func WithJetStream(js jetstream.JetStream) Option {
+	return func(c *config) {
+		if js == nil {
+			c.invalid("WithJetStream: js is nil")
+			return
+		}
+		c.js = js
+	}
+}
+
 // WithErrorHandler sets a function that [Run] tells of every failure it
 // does not return: a pull the server did not answer or refused for a
 // while, a Nak, Term or progress message that could not be sent, an ack
@@ -106,7 +135,8 @@ func DefaultBackoff(delivery uint64) time.Duration {
 
 // config is one Run call's configuration after options were applied.
 type config struct {
-	maxInFlight       int // 0: twice the pool's size
+	maxInFlight       int                 // 0: twice the pool's size
+	js                jetstream.JetStream // nil: pull with Fetch
 	backoff           func(uint64) time.Duration
 	progress          time.Duration // 0: a third of the shortest redelivery delay
 	deadLetterJS      jetstream.JetStream

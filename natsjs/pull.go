@@ -4,22 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A run pulls on one subscription, made when it starts, to a wildcard
-// under a fresh inbox: each pull, and each probe, has its own reply
-// subject under it (inbox.p<id>, inbox.c<id>), so that a status or an
-// answer names what it ends. The server delivers messages with their own
-// subject, so a message does not say which pull it was for: the slot book
-// counts what is owed as a whole. The client restores the subscription
-// after a reconnection; the pulls sent before it stay owed until their
-// expiry, as the server may still serve them.
+// A path is how a run talks to the server: how it asks for messages, and
+// how the last ack of a batch frees the batch's slots. Run takes one of
+// two. rawPath, when [WithJetStream] gives it the connection, sends raw
+// pull requests on one subscription of its own, several at once, and
+// carries a pull in an ack (raw.go). fetchPath, without it, pulls with the
+// consumer's own Fetch, and frees a batch's slots once the server confirms
+// its last ack (fetch.go). The rest of the run, the slot book, the hand-off
+// to the pool, progress, settling and the stop, does not know which runs.
+type path interface {
+	// pull asks the server for n messages, in the slots that pull id of
+	// the slot book took, and returns without waiting for them. Each
+	// message goes to run.deliver; the pull ends with slots.ended, or, if
+	// the path gives its pulls a deadline (run.pullDeadline), when the
+	// watcher gives up on it.
+	pull(id uint64, n int) error
+	// carry sends m's ack carrying pull id of n messages, which the
+	// server registers only once it has processed the ack. Only called
+	// if run.canCarry.
+	carry(m *message, id uint64, n int) error
+	// confirm acks m, or, on the raw path, acks it again, asking the
+	// server to say when it has processed that ack, and so every ack
+	// the connection sent to the consumer before: probe id of the slot
+	// book ends when it does (slots.endProbe), or fails (probeFailed).
+	confirm(m *message, id uint64)
+	// closed reports whether the connection was closed for good, so that
+	// no pull the path sent can end or bring anything: then the run gives
+	// them up. The fetch path, whose pulls end by themselves, says false.
+	closed() bool
+	// close ends the path once nothing is owed and no probe is out: it
+	// unsubscribes, and waits for the goroutines it started.
+	close()
+}
 
 // pullLoop is the puller: it sends a plain pull whenever free slots are
 // available, until r.ctx is done. While messages wait for the workers it
@@ -40,7 +62,11 @@ func (r *run) pullLoop() {
 		if r.waiting.Load() > 0 {
 			want = r.pullAt
 		}
-		id, n := r.slots.takeForPull(r.maxBatch, want, time.Now().Add(r.pullDeadline()))
+		var deadline time.Time // zero: the path ends its pulls itself
+		if r.pullDeadline > 0 {
+			deadline = time.Now().Add(r.pullDeadline)
+		}
+		id, n := r.slots.takeForPull(r.maxBatch, want, deadline)
 		if n == 0 {
 			select {
 			case <-r.slots.changed:
@@ -50,96 +76,15 @@ func (r *run) pullLoop() {
 			}
 			continue
 		}
-		if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(id), r.pullBody(nil, n)); err != nil {
+		if err := r.path.pull(id, n); err != nil {
 			r.slots.ended(id, -1)
 			r.pullFailed(fmt.Errorf("sending a pull: %w", err))
 		}
 	}
 }
 
-// pullDeadline is how long after it is sent a pull may still bring a
-// message: its expiry, and as long again for its last messages and its
-// status to arrive.
-func (r *run) pullDeadline() time.Duration { return 2*r.pullExpires + time.Second }
-
-// pullBody appends the JSON of a pull of n messages to buf.
-func (r *run) pullBody(buf []byte, n int) []byte {
-	buf = append(buf, `{"batch":`...)
-	buf = strconv.AppendInt(buf, int64(n), 10)
-	buf = append(buf, `,"expires":`...)
-	buf = strconv.AppendInt(buf, r.pullExpires.Nanoseconds(), 10)
-	return append(buf, '}')
-}
-
-// pullReply returns the reply subject of pull id.
-func (r *run) pullReply(id uint64) string { return r.inbox + "p" + strconv.FormatUint(id, 10) }
-
-// probeReply returns the reply subject of probe id.
-func (r *run) probeReply(id uint64) string { return r.inbox + "c" + strconv.FormatUint(id, 10) }
-
-// receive is the subscription's handler: it takes charge of a delivered
-// message, or of a status ending a pull, or of a probe's answer. The
-// client calls it from one goroutine, in the order the server sent.
-func (r *run) receive(msg *nats.Msg) {
-	status := msg.Header.Get("Status")
-	if msg.Reply != "" && (status == "" || len(msg.Data) > 0) {
-		r.deliver(msg)
-		return
-	}
-	suffix, ok := strings.CutPrefix(msg.Subject, r.inbox)
-	if !ok || len(suffix) < 2 {
-		return
-	}
-	id, err := strconv.ParseUint(suffix[1:], 10, 64)
-	if err != nil {
-		return
-	}
-	switch suffix[0] {
-	case 'c': // a probe's answer: the server processed the acks before it
-		r.slots.endProbe(id)
-	case 'p':
-		r.pullStatus(id, status, msg.Header.Get("Description"), msg.Header)
-	}
-}
-
-// pullStatus takes charge of a status the server sent to pull id.
-func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
-	pending := -1 // all of the pull's messages, unless the status says
-	if v := hdr.Get("Nats-Pending-Messages"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			pending = n
-		}
-	}
-	lower := strings.ToLower(desc)
-	switch {
-	case status == "100":
-		return // a heartbeat: the pull goes on
-	case status == "408" && pending >= 0:
-		// The pull expired: the usual end of a pull on an idle stream.
-		r.slots.ended(id, pending)
-		return
-	}
-	r.slots.ended(id, pending)
-	switch {
-	case status == "409" && strings.Contains(lower, "consumer deleted"):
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
-	case status == "409" && (strings.HasPrefix(lower, "exceeded maxrequest") || strings.Contains(lower, "push based")),
-		status == "400":
-		// The next pull would be refused alike.
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %s %s: %w", r.name, status, desc, ErrPullRefused))
-	case status == "503":
-		// No responders: the consumer or its stream may be gone.
-		r.pullFailed(fmt.Errorf("pull: no responders: %w", nats.ErrNoResponders))
-		r.checkConsumer()
-	default:
-		// Exceeded MaxWaiting, Leadership Change, Server Shutdown, ...:
-		// worth another pull, after a pause.
-		r.pullFailed(fmt.Errorf("pull: %s %s", status, desc))
-	}
-}
-
 // pullFailed reports a failed pull and pauses the puller: for longer each
-// time, until a message arrives.
+// time, until a message arrives. A closed connection ends the run.
 func (r *run) pullFailed(err error) {
 	if errors.Is(err, nats.ErrConnectionClosed) {
 		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
@@ -151,21 +96,29 @@ func (r *run) pullFailed(err error) {
 	r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
 }
 
-// deliver takes charge of a message the server delivered.
-func (r *run) deliver(msg *nats.Msg) {
+// consumerDeleted ends the run: the server said the consumer is gone.
+func (r *run) consumerDeleted() {
+	r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
+}
+
+// pullRefused ends the run: the server refused a pull, why, as it would
+// refuse every later one.
+func (r *run) pullRefused(why string) {
+	r.end(fmt.Errorf("natsjs: Run: consumer %q: %s: %w", r.name, why, ErrPullRefused))
+}
+
+// deliver takes charge of a message a pull brought, in a slot it owed.
+func (r *run) deliver(w jetstream.Msg) {
 	if r.pause.Load() != 0 {
 		r.pause.Store(0)
 	}
+	m := &message{wire: w}
 	if !r.slots.delivered() {
 		// A message for a pull given up on, with every slot taken: it
 		// goes back to the server at once.
-		if err := r.nc.Publish(msg.Reply, ackNak); err != nil {
-			m := &message{msg: msg, nc: r.nc}
-			r.report(m.messageError("nak", err))
-		}
+		r.sent(m, "nak", w.Nak())
 		return
 	}
-	m := &message{msg: msg, nc: r.nc}
 	m.task = func() { r.runTask(m) }
 	r.register(m)
 }

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,13 +15,12 @@ import (
 
 // A run is one call of Run. Its goroutines: the puller (Run's own
 // goroutine), which sends plain pulls and, at the end, stops the run; the
-// subscription's, which registers the delivered messages and submits them
-// to the pool when that takes no waiting (see receive); the feeder, which
+// path's, which register the delivered messages and submit them to the
+// pool when that takes no waiting (see register); the feeder, which
 // submits the others; the watcher, which sends progress, watches the pool
 // and the connection, and gives up on pulls and probes the server did not
 // answer; the pool's workers, which run handlers and settle the messages
-// that failed; and the acker, which acks the handled messages, each batch
-// carrying the next pull (see ack.go).
+// that failed; and the acker, which acks the handled messages (ack.go).
 //
 // A stop hands messages back only once nothing is owed: the server
 // redelivers a Nak'd message at once, to any pull waiting, and that could
@@ -29,25 +29,25 @@ import (
 type run struct {
 	s     workerpool.Submitter
 	cons  jetstream.Consumer
-	nc    *nats.Conn
 	h     Handler
 	cfg   config
 	name  string // the consumer's
 	slots *slotBook
+	path  path
 
 	// What the pulls look like, fitted to the consumer when Run starts.
-	nextSubject string        // the consumer's pull subject
-	inbox       string        // the prefix of the reply subjects, ending in "."
 	maxBatch    int           // the most messages one pull asks for
 	pullExpires time.Duration // how long a pull waits for messages
+	// pullDeadline is how long after it is sent a pull may still bring
+	// messages, past which the watcher gives up on it; 0 if the path
+	// ends every pull itself. canCarry says that an ack may carry a pull.
+	pullDeadline time.Duration
+	canCarry     bool
 	// pullAt and ackAt are how many free slots the puller waits for before
 	// it pulls, and how many handled messages the acker waits for before
 	// it acks them, while messages wait for a worker (see waiting):
 	// batches cost fewer wake-ups of the process (see newRun).
 	pullAt, ackAt int
-	// noCarry makes the acker probe rather than carry pulls (tests and
-	// benchmarks measure what carrying gives).
-	noCarry bool
 
 	// Read again while the run runs (see refresh): the consumer's
 	// MaxDeliver (0 or less: no limit), and the progress interval.
@@ -70,7 +70,7 @@ type run struct {
 	// queue carries registered messages to the feeder. Its capacity is
 	// WithMaxInFlight, which no number of held messages exceeds, so
 	// register never blocks on it: a pool with a bounded queue blocks the
-	// feeder, while the subscription goes on registering the messages that
+	// feeder, while the path goes on registering the messages that
 	// arrive, so that they get their progress messages.
 	queue chan *message
 	// feeding counts the messages sent on queue that the feeder has not
@@ -114,8 +114,9 @@ type run struct {
 	errMu sync.Mutex // one call of the error handler at a time
 }
 
-// newRun returns the run of one Run call, its arguments checked.
-func newRun(ctx context.Context, s workerpool.Submitter, nc *nats.Conn, cons jetstream.Consumer, h Handler, cfg config, size int) *run {
+// newRun returns the run of one Run call, its arguments checked, without
+// its path.
+func newRun(ctx context.Context, s workerpool.Submitter, cons jetstream.Consumer, h Handler, cfg config, size int) *run {
 	// The slots beyond the pool's workers let messages wait for a worker
 	// while others are pulled or acked. Waiting for half of them to be
 	// free, or handled, before pulling, or acking, leaves the other half
@@ -128,7 +129,7 @@ func newRun(ctx context.Context, s workerpool.Submitter, nc *nats.Conn, cons jet
 	// at its next poll whatever their number.
 	spare := cfg.maxInFlight - size
 	r := &run{
-		s: s, cons: cons, nc: nc, h: h, cfg: cfg,
+		s: s, cons: cons, h: h, cfg: cfg,
 		slots:   newSlotBook(cfg.maxInFlight),
 		ackAt:   max(1, min(spare, size)/2),
 		queue:   make(chan *message, cfg.maxInFlight),
@@ -140,16 +141,8 @@ func newRun(ctx context.Context, s workerpool.Submitter, nc *nats.Conn, cons jet
 	return r
 }
 
-// run is Run's body once its arguments were checked.
+// run is Run's body once its arguments were checked and its path made.
 func (r *run) run() error {
-	sub, err := r.nc.Subscribe(r.inbox+"*", r.receive)
-	if err != nil {
-		r.cancel()
-		return fmt.Errorf("natsjs: Run: subscribing: %w", err)
-	}
-	// The subscription's pending messages are bounded by the slots.
-	_ = sub.SetPendingLimits(-1, -1)
-
 	watcherDone := make(chan struct{})
 	watcherExit := make(chan struct{})
 	go func() {
@@ -199,7 +192,7 @@ func (r *run) run() error {
 	}
 	close(watcherExit)
 	<-watcherDone
-	_ = sub.Unsubscribe()
+	r.path.close()
 	r.cancel()
 
 	r.mu.Lock()
@@ -247,6 +240,9 @@ func (r *run) watch(exit <-chan struct{}) {
 			for _, m := range msgs {
 				if err := m.progress(); err != nil {
 					r.report(m.messageError("progress", err))
+					if errors.Is(err, nats.ErrConnectionClosed) {
+						r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
+					}
 				}
 			}
 			clear(msgs)
@@ -270,7 +266,7 @@ func (r *run) poll() {
 		r.end(workerpool.ErrStopped)
 	}
 	now := time.Now()
-	if r.nc.IsClosed() {
+	if r.path.closed() {
 		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, nats.ErrConnectionClosed))
 		// Nothing more can come: no message, no status, no answer.
 		r.slots.abandonPulls()
@@ -287,7 +283,7 @@ func (r *run) poll() {
 	if lost, id := r.slots.sweep(now, last != nil, now.Add(settleTimeout)); lost > 0 {
 		r.report(fmt.Errorf("natsjs: Run: consumer %q: %d messages asked for were neither delivered nor returned by the pulls' expiry", r.name, lost))
 		if id != 0 {
-			r.sendProbe(last, id)
+			r.path.confirm(last, id)
 		}
 		r.checkConsumer()
 	}
@@ -334,7 +330,7 @@ func (r *run) handBackWaiting() {
 // immediate redelivery, and frees its slot.
 func (r *run) handBack(m *message) {
 	if !m.close() {
-		r.send(m, ackNak, "nak") // if lost, the server redelivers after AckWait
+		r.sent(m, "nak", m.wire.Nak()) // if lost, the server redelivers after AckWait
 	}
 	r.slots.releaseHeld(1)
 }

@@ -54,7 +54,7 @@ func (r *run) runTask(m *message) {
 // terminates m. Then it frees m's slot.
 func (r *run) settle(m *message, err error) {
 	delivery := uint64(1)
-	if md, mdErr := m.msg.Metadata(); mdErr == nil {
+	if md, mdErr := m.wire.Metadata(); mdErr == nil {
 		delivery = md.NumDelivered
 	}
 	maxDeliver := r.maxDeliver.Load()
@@ -79,27 +79,27 @@ func (r *run) settle(m *message, err error) {
 			if dlErr != nil {
 				// Keep m in its stream rather than lose it.
 				r.report(m.messageError("dead-letter", dlErr))
-				r.send(m, ackNak, "nak")
+				r.sent(m, "nak", m.wire.Nak())
 				return
 			}
 		}
-		r.send(m, termWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, maxDeliver)), "term")
+		r.sent(m, "term", m.wire.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, maxDeliver)))
 		return
 	}
 	if r.ctx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
 		// ctx, after the stop's hand-back: another process may take the
 		// message at once.
-		r.send(m, ackNak, "nak")
+		r.sent(m, "nak", m.wire.Nak())
 		return
 	}
-	r.send(m, nakWithDelay(r.cfg.backoff(delivery)), "nak")
+	r.sent(m, "nak", m.wire.NakWithDelay(r.cfg.backoff(delivery)))
 }
 
-// send publishes body, an ack of some kind, for m, which the run settles,
-// and reports a failure as op's.
-func (r *run) send(m *message, body []byte, op string) {
-	if err := r.nc.Publish(m.msg.Reply, body); err != nil {
+// sent reports err, the result of sending op for m, which the run
+// settles, if it failed.
+func (r *run) sent(m *message, op string, err error) {
+	if err != nil {
 		r.report(m.messageError(op, err))
 	}
 }
@@ -131,19 +131,19 @@ func (r *run) release(m *message) {
 // cause, to the dead-letter subject, as WithDeadLetter says.
 func (r *run) deadLetter(ctx context.Context, m *message, delivery uint64, cause error) error {
 	out := nats.NewMsg(r.cfg.deadLetterSubject)
-	out.Data = m.msg.Data
-	for k, vs := range m.msg.Header {
+	out.Data = m.wire.Data()
+	for k, vs := range m.wire.Headers() {
 		if strings.HasPrefix(k, "Nats-") {
 			k = "Natsjs-Original-" + strings.TrimPrefix(k, "Nats-")
 		}
 		out.Header[k] = append([]string(nil), vs...)
 	}
-	if md, err := m.msg.Metadata(); err == nil {
+	if md, err := m.wire.Metadata(); err == nil {
 		out.Header.Set("Natsjs-Stream", md.Stream)
 		out.Header.Set("Natsjs-Consumer", md.Consumer)
 		out.Header.Set("Natsjs-Sequence", strconv.FormatUint(md.Sequence.Stream, 10))
 	}
-	out.Header.Set("Natsjs-Subject", m.msg.Subject)
+	out.Header.Set("Natsjs-Subject", m.wire.Subject())
 	out.Header.Set("Natsjs-Deliveries", strconv.FormatUint(delivery, 10))
 	out.Header.Set("Natsjs-Error", headerValue(cause.Error()))
 	_, err := r.cfg.deadLetterJS.PublishMsg(ctx, out)

@@ -50,7 +50,7 @@ type slotBook struct {
 type pullRecord struct {
 	id       uint64
 	n        int
-	deadline time.Time // past it, the server serves the pull no more
+	deadline time.Time // past it, the server serves the pull no more; zero: never given up on
 	ended    bool      // the server ended it with a status
 }
 
@@ -213,7 +213,7 @@ func (b *slotBook) sweep(now time.Time, probe bool, deadline time.Time) (lost in
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := 0
-	for k < len(b.pulls) && (b.pulls[k].ended || now.After(b.pulls[k].deadline)) {
+	for k < len(b.pulls) && (b.pulls[k].ended || !b.pulls[k].deadline.IsZero() && now.After(b.pulls[k].deadline)) {
 		if !b.pulls[k].ended {
 			b.liveSum -= b.pulls[k].n
 		}

@@ -79,6 +79,18 @@ func TestTheSlotBookKeepsEverySlotSomewhere(t *testing.T) {
 	require.Len(t, expired, 1)
 	requireSlots(t, b, bound, 7, 0, 1, 0)
 
+	// A pull without a deadline (the fetch path's, which ends each pull
+	// itself) is never given up on, however late.
+	idF, n := b.takeForPull(2, 1, time.Time{})
+	require.Equal(t, 2, n)
+	lost, _ = b.sweep(later.Add(time.Hour), true, later)
+	require.Zero(t, lost, "a pull without a deadline was given up on")
+	requireSlots(t, b, bound, 5, 2, 1, 0)
+	require.True(t, b.delivered())
+	b.ended(idF, 1)
+	requireSlots(t, b, bound, 6, 0, 2, 0)
+	b.releaseHeld(1)
+
 	// During a stop, acks go to a probe; a handed-back message's slot is
 	// free at once.
 	b.probeAcked(1, later, nil)
