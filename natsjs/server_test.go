@@ -2,7 +2,9 @@ package natsjs_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain runs up to 8 tests at once, unless -test.parallel says: most
+// tests wait on the clock (AckWaits, backoffs, reconnections, the last
+// pulls of a stop) rather than the CPU, and the default, GOMAXPROCS, would
+// run two at a time on a 2-core machine, which makes one run of the
+// package, every promise tested on both pull paths, take over a minute.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "8")
+	}
+	os.Exit(m.Run())
+}
 
 // waitFor is how long a test waits for a condition that should hold soon:
 // generous, so that a slow machine or the race detector does not fail it.
