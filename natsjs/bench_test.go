@@ -39,12 +39,18 @@ import (
 //   - RunJSNoCarry: RunJS whose acker confirms each batch of acks before
 //     it frees their slots, as the fetch path does, rather than carry the
 //     next pull in the last ack: what carrying gives;
+//   - Run500, RunJS500: Run and RunJS holding up to 500 messages, as
+//     Messages does;
 //   - Messages: the peer, the plain loop, n goroutines each
 //     taking a message from Messages (default buffer of 500), running the
 //     job and acking with Ack, which does not wait for the server;
+//   - Messages2n: that loop with a buffer of 2n messages
+//     (PullMaxMessages), Run's default bound;
+//   - Messages2nPool: Messages2n whose goroutines each run their job on a
+//     workerpool of n with SubmitWait, then ack;
 //
 // and, to tell what a hand-off from the loop to other goroutines costs,
-// one goroutine taking the messages from Messages and:
+// one goroutine taking the messages from Messages (buffer of 500) and:
 //   - Loop1: running each job and acking it itself;
 //   - LoopPool: handing each job and its ack to a workerpool of n
 //     (Submit), once a semaphore of n has room;
