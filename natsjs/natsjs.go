@@ -9,9 +9,9 @@
 //		MaxDeliver: 5,
 //	})
 //	p := workerpool.New(8)
-//	err := natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+//	err := natsjs.Run(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
 //		return process(ctx, msg.Data())
-//	})
+//	}, natsjs.WithJetStream(js)) // optional: cheaper pulls
 //
 // # Delivery
 //
@@ -28,23 +28,30 @@
 //
 // One process holds at most [WithMaxInFlight] messages: Run takes a slot
 // for each message before it asks the server for it, and frees the slot
-// when the message is settled. It tells the server that every message it
-// holds, waiting in the pool or running, is in progress, every
+// once the server can no longer count the message as delivered to this
+// process and not acked. It tells the server that every message it holds,
+// waiting in the pool or running, is in progress, every
 // [WithProgressInterval], so that the server redelivers none of them while
 // the process has it, however long it waits or runs.
 //
-// A handled message's slot is freed as soon as its ack is sent, and goes
-// into the next pull, which travels as the ack itself (an ack with +NXT):
-// the server processes an ack before it registers the pull the ack
-// carries, and the acks of one connection to one consumer in the order
-// they were sent. So the server never serves this process a pull in a slot
-// whose ack it has not processed: the messages it counts as delivered to
-// this process and not acked never exceed the bound. A process that dies
-// therefore leaves at most WithMaxInFlight messages to be handled again:
-// those it held, handled or partly handled, and those whose acks the
-// server had not read. A connection lost for longer than AckWait, or a
-// server that loses acks it read (a crash, a consumer leader change), can
-// add up to WithMaxInFlight more each time.
+// How a handled message's slot is freed depends on how Run pulls. By
+// default it pulls with the consumer's own Fetch, whose pulls the server
+// may serve before it has processed an ack sent earlier: the slots of a
+// batch of acks are freed when the server confirms the batch's last ack
+// (an ack with a reply), which it does once it has processed every ack the
+// connection sent to the consumer before. With [WithJetStream], Run pulls
+// on the connection itself, and a handled message's slot goes at once
+// into the next pull, which travels as the last ack of the batch (an ack
+// with +NXT): the server processes an ack before it registers the pull
+// the ack carries, and the acks of one connection to one consumer in the
+// order they were sent. Either way the server never serves this process a
+// pull in a slot whose ack it has not processed: the messages it counts
+// as delivered to this process and not acked never exceed the bound. A
+// process that dies therefore leaves at most WithMaxInFlight messages to
+// be handled again: those it held, handled or partly handled, and those
+// whose acks the server had not read. A connection lost for longer than
+// AckWait, or a server that loses acks it read (a crash, a consumer leader
+// change), can add up to WithMaxInFlight more each time.
 //
 // # Stopping
 //
