@@ -155,6 +155,10 @@ var (
 	ackTerm     = []byte("+TERM")
 )
 
+// The jetstream.Msg methods of a rawMsg: each settling method publishes
+// its ack, as jetstream's own messages do, but without their record of
+// having been acked, which the message wrapping it keeps.
+
 func (w *rawMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	md, err := w.msg.Metadata()
 	if err != nil {
