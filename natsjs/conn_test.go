@@ -73,19 +73,30 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 		publishJobs(t, js, jobs)
 
 		ta := newTally()
+		log := newEventLog()
 		stop := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
 			time.Sleep(5 * time.Millisecond)
 			ta.add(msg)
 			return nil
-		}, via.opts(js, natsjs.WithMaxInFlight(inFlight))...)
+		}, via.opts(js, natsjs.WithMaxInFlight(inFlight), log.errorHandler())...)
 
 		eventually(t, func() bool { return ta.distinct() >= jobs/4 })
+		log.add("restarting the server, %d jobs handled", ta.distinct())
 		s.Shutdown()
 		s.WaitForShutdown()
 		startServerAt(t, port, dir)
 		eventually(t, func() bool { return nc.IsConnected() }, "did not reconnect")
+		log.add("reconnected")
 
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left after the restart")
+		// Failed once in about 70 runs of the package, on the Fetch path,
+		// unexplained: if it fails again, say what Run saw.
+		if !assert.Eventually(t, func() bool { return streamEmpty(js, "JOBS") }, waitFor, 5*time.Millisecond, "jobs left after the restart") {
+			info, err := cons.Info(context.Background())
+			log.add("consumer info: %+v, error %v", info, err)
+			log.add("%d jobs handled; Run returned %v", ta.distinct(), stop())
+			log.print(t)
+			t.FailNow()
+		}
 		require.NoError(t, stop())
 		requireAtLeastOnce(t, ta, jobs, inFlight)
 	})

@@ -209,6 +209,38 @@ func consuming(t testing.TB, s workerpool.Submitter, cons jetstream.Consumer, h 
 	return stop
 }
 
+// An eventLog keeps what a test saw happen, with the time since it began,
+// for the test to print if it fails: what the error handler was told,
+// and the test's own steps.
+type eventLog struct {
+	start  time.Time
+	mu     sync.Mutex
+	events []string
+}
+
+func newEventLog() *eventLog { return &eventLog{start: time.Now()} }
+
+func (l *eventLog) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, fmt.Sprintf("%8v ", time.Since(l.start).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+}
+
+// errorHandler returns an option that adds what Run reports to the log.
+func (l *eventLog) errorHandler() natsjs.Option {
+	return natsjs.WithErrorHandler(func(err error) { l.add("error handler: %v", err) })
+}
+
+// print logs every event in t.
+func (l *eventLog) print(t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		t.Log(e)
+	}
+}
+
 // tally counts how often each job was handled.
 type tally struct {
 	mu    sync.Mutex
