@@ -1,32 +1,29 @@
 package natsjs
 
 import (
-	"context"
+	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The acks of handled messages are confirmed in batches, off the workers, by
-// one goroutine, the acker: it acks every message of a batch with a plain
-// Ack but the last, which it acks with DoubleAck, a request the server
-// answers once it has processed that ack. The answer confirms the whole
-// batch, because the server processes the acks that one connection sends
-// for one consumer in the order they were sent: the connection's read loop
-// queues them for the consumer as it reads them, and a single goroutine of
-// the consumer takes them from that queue in order and answers a DoubleAck
-// after processing it. So a message keeps its slot until the server has
-// processed its ack, as when each message had its own DoubleAck, at one
-// round trip per batch instead of one per message.
+// The acker acks the handled messages, a batch at a time, off the workers.
+// It acks each message of a batch with a plain Ack but the last, whose ack
+// frees the batch's slots: on the raw path it carries the next pull, which
+// takes them at once; on the fetch path, and on the raw path during a stop,
+// it asks the server for a confirmation (a probe), and the slots stay
+// taken until the server answers, or the settle timeout passes. A stop
+// waits for its probes: when Run returns, the server has confirmed every
+// ack the run sent, or the error handler was told it did not
+// (ErrNotConfirmed). Only the raw path can carry a pull: jetstream's Fetch
+// sends its pulls as requests of their own, which the server queues apart
+// from the acks.
 //
-// A batch is whatever was handled while the previous one was being
-// confirmed, once it counts ackAt messages: under load, batches grow until
-// one round trip confirms every message a pool handles meanwhile. A batch
-// does not wait for ackAt messages when no message waits for a worker (the
-// slots are needed), when the watcher polls, or once the stop has begun.
+// A batch is whatever was handled while the acker was busy, once it counts
+// ackAt messages: under load, batches grow. A batch does not wait for ackAt
+// messages when no message waits for a worker (the slots are needed), when
+// the watcher polls, or once the stop has begun.
 
 // queueAck hands m, whose handler returned nil, to the acker. Its stay, and
-// its count in running, end once the acker has confirmed its ack.
+// its count in running, end once the acker has acked it.
 func (r *run) queueAck(m *message) {
 	r.ackMu.Lock()
 	r.toAck = append(r.toAck, m)
@@ -37,7 +34,7 @@ func (r *run) queueAck(m *message) {
 	}
 }
 
-// ackNow has the acker ack and confirm every queued message, however few.
+// ackNow has the acker ack every queued message, however few.
 func (r *run) ackNow() {
 	r.ackMu.Lock()
 	r.ackAll = len(r.toAck) > 0
@@ -62,9 +59,9 @@ func (r *run) wakeAcker() {
 	}
 }
 
-// ackLoop is the acker: it acks and confirms the queued messages, a batch at
-// a time, until exit is closed. Only the stop closes exit, once running
-// says that every handled message was confirmed.
+// ackLoop is the acker: it acks the queued messages, a batch at a time,
+// until exit is closed. Only the stop closes exit, once running says that
+// every handled message was acked.
 func (r *run) ackLoop(exit <-chan struct{}) {
 	var batch []*message // reused: it and toAck swap arrays
 	for {
@@ -87,77 +84,82 @@ func (r *run) ackLoop(exit <-chan struct{}) {
 	}
 }
 
-// ackBatch acks every message in batch, waits for the server to confirm
-// the acks, and ends the messages' stay. A message whose handler settled
-// it itself gets no ack of ours, but its settling, sent before the handler
-// returned, is confirmed as the others are, unless no message of the batch
-// is left for the DoubleAck; then the batch ends without a confirmation. A
-// failed confirmation is left to AckWait: the server redelivers what it
-// did not get.
+// ackBatch acks every message in batch that its handler did not settle
+// itself, and ends the messages' stay. The last message it acks carries
+// a pull, or asks for a confirmation. A batch of messages that their
+// handlers all settled themselves has nothing of the run's to carry
+// either: its slots are freed at once, as the handlers' own settling was
+// sent before they returned.
 func (r *run) ackBatch(batch []*message) {
-	last := -1 // the message to DoubleAck: the last one not yet settled
-	for i := len(batch) - 1; i >= 0; i-- {
-		if !batch[i].settled.Load() {
-			last = i
-			break
+	carrier := -1
+	for i, m := range batch {
+		if !m.close() {
+			carrier = i
 		}
 	}
-	for _, m := range batch[:max(last, 0)] {
-		if !m.settled.Load() {
-			_ = m.Msg.Ack()
+	for i, m := range batch {
+		if i < carrier && !m.settled {
+			r.sent(m, "ack", m.wire.Ack())
 		}
-	}
-	if last >= 0 {
-		// Acking goes on after a stop: it is how a stop finishes.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
-		_ = batch[last].Msg.DoubleAck(ctx)
-		cancel()
 	}
 	r.mu.Lock()
 	for _, m := range batch {
 		delete(r.held, m)
 	}
 	r.mu.Unlock()
-	r.releaseSlots(len(batch))
-	r.running.Add(-len(batch))
-}
-
-// The methods that settle a message, as the handler sees it: each records
-// that the handler settled the message, so that the acker does not ack it.
-
-// Ack acks m; see [jetstream.Msg].
-func (m *message) Ack() error { return m.settledBy(m.Msg.Ack()) }
-
-// DoubleAck acks m and waits for the server to confirm; see [jetstream.Msg].
-func (m *message) DoubleAck(ctx context.Context) error {
-	return m.settledBy(m.Msg.DoubleAck(ctx))
-}
-
-// Nak asks the server to redeliver m; see [jetstream.Msg].
-func (m *message) Nak() error { return m.settledBy(m.Msg.Nak()) }
-
-// NakWithDelay asks the server to redeliver m after delay; see
-// [jetstream.Msg].
-func (m *message) NakWithDelay(delay time.Duration) error {
-	return m.settledBy(m.Msg.NakWithDelay(delay))
-}
-
-// Term tells the server never to redeliver m; see [jetstream.Msg].
-func (m *message) Term() error { return m.settledBy(m.Msg.Term()) }
-
-// TermWithReason is Term with a reason; see [jetstream.Msg].
-func (m *message) TermWithReason(reason string) error {
-	return m.settledBy(m.Msg.TermWithReason(reason))
-}
-
-// settledBy records that the handler settled m, if err says it did, and
-// returns err.
-func (m *message) settledBy(err error) error {
-	if err == nil {
-		m.settled.Store(true)
+	defer r.running.Add(-len(batch))
+	if carrier < 0 {
+		r.slots.releaseHeld(len(batch))
+		return
 	}
-	return err
+	c := batch[carrier]
+	now := time.Now()
+	probeDeadline := now.Add(settleTimeout)
+	msgs := append([]*message(nil), batch...)
+	var pullID, probeID uint64
+	var n int
+	if r.canCarry && r.ctx.Err() == nil {
+		pullID, n, probeID = r.slots.carry(len(batch), r.maxBatch, now.Add(r.pullDeadline), probeDeadline, msgs)
+	}
+	if n == 0 {
+		// No pull may follow: the path cannot carry one, or the run is
+		// stopping.
+		id := r.slots.probeAcked(len(batch), probeDeadline, msgs)
+		r.path.confirm(c, id)
+		r.lastAcked.Store(c)
+		return
+	}
+	if err := r.path.carry(c, pullID, n); err != nil {
+		r.slots.ended(pullID, -1)
+		r.report(c.messageError("ack", err))
+		r.pullFailed(err)
+	}
+	if probeID != 0 {
+		r.path.confirm(c, probeID) // an ack again, with a reply
+	}
+	r.lastAcked.Store(c)
 }
 
-// The handler gets a *message as its jetstream.Msg.
-var _ jetstream.Msg = (*message)(nil)
+// probeFailed frees the slots of probe id, which failed with err, and
+// tells the error handler which acks were not confirmed.
+func (r *run) probeFailed(id uint64, err error) {
+	if p, ok := r.slots.endProbe(id); ok {
+		r.reportProbe(p, err)
+	}
+}
+
+// reportProbe tells the error handler of the acks probe p did not confirm.
+func (r *run) reportProbe(p probeRecord, err error) {
+	if r.cfg.onError == nil {
+		return
+	}
+	if len(p.msgs) == 0 {
+		r.report(fmt.Errorf("natsjs: Run: consumer %q: %d messages asked for were neither delivered nor returned: %w", r.name, p.n, err))
+		return
+	}
+	for _, m := range p.msgs {
+		if !m.settled {
+			r.report(m.messageError("confirm ack", err))
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,16 +17,15 @@ import (
 )
 
 // BenchmarkLoopback measures jobs per second through an embedded server on
-// loopback: Consume on a pool of n workers against a hand-written loop over
+// loopback: Run on a pool of n workers against a hand-written loop over
 // Messages() in n goroutines, each job a handler call and an ack. Every
 // run publishes b.N jobs before the timer starts; run it with a fixed
 // -benchtime (such as 20000x) so that all consume the same number, and
-// interleave the runs:
+// interleave the runs (README.md has the script that measured the
+// figures there):
 //
-//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Loopback/work=/n=/impl=(Consume|Consume500|Messages|MessagesConfirmed)$' -benchtime 20000x; done > bench.txt
-//	go run golang.org/x/perf/cmd/benchstat@latest -col /impl bench.txt
-//
-// (-bench Loopback runs every implementation below.)
+//	go test -c -o /tmp/natsjs.test .
+//	/tmp/natsjs.test -test.run '^$' -test.bench 'Loopback/work=none/n=8/impl=Run$' -test.benchtime 20000x
 //
 // The work is either nothing ("none", which shows the adapter's cost per
 // job at its worst) or 1ms asleep ("sleep1ms", a job that waits on I/O).
@@ -34,19 +34,32 @@ import (
 // less than jobs/s when other processes compete for the cores.
 //
 // The implementations:
-//   - Consume: natsjs.Consume with its default bound, 2n messages held;
-//   - Consume500: natsjs.Consume holding up to 500, as Messages does;
-//   - Messages: the peer, the plain loop, with Messages' default
-//     buffer of 500 messages, acking with Ack, which does not wait for the
-//     server;
-//   - Messages2n: the loop with a buffer of 2n messages (PullMaxMessages),
-//     holding up to 3n with the goroutines' own;
-//   - Messages2nPool: that loop, each goroutine running its jobs on a pool
-//     of n with SubmitWait: what the pool's hand-offs cost it;
-//   - MessagesConfirmed: the loop with Consume's guarantee, a buffer of n
-//     messages and DoubleAck, each goroutine holding its message until the
-//     server confirms its ack: at most 2n held, all unconfirmed acks among
-//     them.
+//   - Run: natsjs.Run with its defaults: Fetch, 2n messages held;
+//   - RunJS: natsjs.Run with WithJetStream: raw pulls, acks carrying them;
+//   - RunJSNoCarry: RunJS whose acker confirms each batch of acks before
+//     it frees their slots, as the fetch path does, rather than carry the
+//     next pull in the last ack: what carrying gives;
+//   - Run500, RunJS500: Run and RunJS holding up to 500 messages, as
+//     Messages does;
+//   - Messages: the peer, the plain loop, n goroutines each
+//     taking a message from Messages (default buffer of 500), running the
+//     job and acking with Ack, which does not wait for the server;
+//   - Messages2n: that loop with a buffer of 2n messages
+//     (PullMaxMessages), Run's default bound;
+//   - Messages2nPool: Messages2n whose goroutines each run their job on a
+//     workerpool of n with SubmitWait, then ack;
+//
+// and, to tell what a hand-off from the loop to other goroutines costs,
+// one goroutine taking the messages from Messages (buffer of 500) and:
+//   - Loop1: running each job and acking it itself;
+//   - LoopPool: handing each job and its ack to a workerpool of n
+//     (Submit), once a semaphore of n has room;
+//   - LoopChan: handing each to n goroutines through an unbuffered
+//     channel;
+//   - LoopSem: starting a goroutine for each, once a semaphore of n has
+//     room.
+//
+// In the last three, the ack is sent by the goroutine that ran the job.
 func BenchmarkLoopback(b *testing.B) {
 	works := []struct {
 		name string
@@ -57,7 +70,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Consume", "Consume500", "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed"} {
+			for _, impl := range []string{"Run", "RunJS", "RunJSNoCarry", "Run500", "RunJS500", "Messages", "Messages2n", "Messages2nPool", "Loop1", "LoopPool", "LoopChan", "LoopSem"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -93,17 +106,22 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	b.ResetTimer()
 	start, startCPU := time.Now(), cpuTime()
 	switch impl {
-	case "Consume", "Consume500":
+	case "Run", "RunJS", "RunJSNoCarry", "Run500", "RunJS500":
 		var opts []natsjs.Option
-		if impl == "Consume500" {
+		if strings.HasPrefix(impl, "RunJS") {
+			opts = append(opts, natsjs.WithJetStream(js))
+		}
+		if strings.HasSuffix(impl, "500") {
 			opts = append(opts, natsjs.WithMaxInFlight(500))
 		}
+		natsjs.SetNoCarry(impl == "RunJSNoCarry")
+		defer natsjs.SetNoCarry(false)
 		p := workerpool.New(n)
 		defer p.Stop()
 		ctx, cancel := context.WithCancel(context.Background())
 		stop = cancel
 		wg.Go(func() {
-			err := natsjs.Consume(ctx, p, cons, func(context.Context, jetstream.Msg) error {
+			err := natsjs.Run(ctx, p, cons, func(context.Context, jetstream.Msg) error {
 				work()
 				count()
 				return nil
@@ -112,13 +130,10 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 				b.Error(err)
 			}
 		})
-	case "Messages", "Messages2n", "Messages2nPool", "MessagesConfirmed":
+	case "Messages", "Messages2n", "Messages2nPool":
 		var opts []jetstream.PullMessagesOpt
-		switch impl {
-		case "Messages2n", "Messages2nPool":
+		if impl != "Messages" {
 			opts = append(opts, jetstream.PullMaxMessages(2*n))
-		case "MessagesConfirmed":
-			opts = append(opts, jetstream.PullMaxMessages(n))
 		}
 		it, err := cons.Messages(opts...)
 		require.NoError(b, err)
@@ -140,14 +155,29 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 						work()
 						count()
 					})
-					if impl == "MessagesConfirmed" {
-						_ = msg.DoubleAck(context.Background())
-					} else {
-						_ = msg.Ack()
-					}
+					_ = msg.Ack()
 				}
 			})
 		}
+	case "Loop1", "LoopPool", "LoopChan", "LoopSem":
+		it, err := cons.Messages()
+		require.NoError(b, err)
+		stop = it.Stop
+		hand := handOff(impl, n)
+		wg.Go(func() {
+			defer hand.close()
+			for {
+				msg, err := it.Next()
+				if err != nil {
+					return // the iterator was stopped
+				}
+				hand.run(func() {
+					work()
+					count()
+					_ = msg.Ack()
+				})
+			}
+		})
 	}
 	select {
 	case <-all:
@@ -162,4 +192,56 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	}
 	stop()
 	wg.Wait()
+}
+
+// A hand-off runs jobs for the one goroutine of a Loop benchmark: run
+// returns once the job was handed over (or, for Loop1, ran); close ends
+// the goroutines it started.
+type hand struct {
+	run   func(job func())
+	close func()
+}
+
+// handOff returns impl's hand-off to n goroutines.
+func handOff(impl string, n int) hand {
+	switch impl {
+	case "LoopPool":
+		p := workerpool.New(n)
+		sem := make(chan struct{}, n)
+		return hand{
+			run: func(job func()) {
+				sem <- struct{}{}
+				_ = p.Submit(func() {
+					job()
+					<-sem
+				})
+			},
+			close: func() { p.StopWait() },
+		}
+	case "LoopChan":
+		jobs := make(chan func()) // unbuffered: the loop waits for a free goroutine
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				for job := range jobs {
+					job()
+				}
+			})
+		}
+		return hand{run: func(job func()) { jobs <- job }, close: func() { close(jobs); wg.Wait() }}
+	case "LoopSem":
+		sem := make(chan struct{}, n)
+		var wg sync.WaitGroup
+		return hand{
+			run: func(job func()) {
+				sem <- struct{}{}
+				wg.Go(func() {
+					job()
+					<-sem
+				})
+			},
+			close: wg.Wait,
+		}
+	}
+	return hand{run: func(job func()) { job() }, close: func() {}}
 }

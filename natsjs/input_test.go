@@ -14,12 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestConsumeReturnsAnErrorForNilArguments(t *testing.T) {
+func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 0)
 	publishJobs(t, js, 1)
 	p := newPool(t, 1)
+	var nilPool *workerpool.Pool
+	var nilSub *workerpool.Subpool
 	h := func(context.Context, jetstream.Msg) error {
 		t.Error("a handler ran")
 		return nil
@@ -28,10 +30,12 @@ func TestConsumeReturnsAnErrorForNilArguments(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"nil ctx", func() error { return natsjs.Consume(nil, p, cons, h) }}, //nolint:staticcheck // the point of the test
-		{"nil pool", func() error { return natsjs.Consume(context.Background(), nil, cons, h) }},
-		{"nil consumer", func() error { return natsjs.Consume(context.Background(), p, nil, h) }},
-		{"nil handler", func() error { return natsjs.Consume(context.Background(), p, cons, nil) }},
+		{"nil ctx", func() error { return natsjs.Run(nil, p, cons, h) }}, //nolint:staticcheck // the point of the test
+		{"nil pool", func() error { return natsjs.Run(context.Background(), nil, cons, h) }},
+		{"nil *Pool", func() error { return natsjs.Run(context.Background(), nilPool, cons, h) }},
+		{"nil *Subpool", func() error { return natsjs.Run(context.Background(), nilSub, cons, h) }},
+		{"nil consumer", func() error { return natsjs.Run(context.Background(), p, nil, h) }},
+		{"nil handler", func() error { return natsjs.Run(context.Background(), p, cons, nil) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,70 +44,116 @@ func TestConsumeReturnsAnErrorForNilArguments(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "natsjs: "), err.Error())
 		})
 	}
-	assert.Zero(t, consumerInfo(t, cons).NumAckPending, "a message was taken")
+	requireTookNothing(t, cons, 1)
 }
 
-func TestConsumeReturnsAnErrorForAConsumerItCannotServe(t *testing.T) {
-	s := startServer(t)
-	_, js := connect(t, s)
-	workQueue(t, js, 2*time.Second, 0)
-	p := newPool(t, 1)
-	h := func(context.Context, jetstream.Msg) error { return nil }
-	// A work-queue stream refuses such consumers; a limits stream does not.
-	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
-	require.NoError(t, err)
-	for _, policy := range []jetstream.AckPolicy{jetstream.AckNonePolicy, jetstream.AckAllPolicy} {
-		t.Run(policy.String(), func(t *testing.T) {
-			cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
-				Durable:   "acks-" + fmt.Sprint(int(policy)),
-				AckPolicy: policy,
-			})
-			require.NoError(t, err)
-			err = natsjs.Consume(context.Background(), p, cons, h)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "AckExplicit")
-		})
-	}
-	t.Run("progress interval not below AckWait", func(t *testing.T) {
-		cons, err := js.Consumer(context.Background(), "JOBS", "workers")
+func TestRunReturnsErrInvalidConsumerForAConsumerItCannotServe(t *testing.T) {
+	forEachPath(t, func(t *testing.T, via pullPath) {
+		s := startServer(t)
+		_, js := connect(t, s)
+		workQueue(t, js, 2*time.Second, 0)
+		p := newPool(t, 1)
+		h := func(context.Context, jetstream.Msg) error {
+			t.Error("a handler ran")
+			return nil
+		}
+		// A work-queue stream refuses such consumers; a limits stream does not.
+		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
 		require.NoError(t, err)
-		err = natsjs.Consume(context.Background(), p, cons, h, natsjs.WithProgressInterval(2*time.Second))
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "AckWait")
+		publishLogs := func() {
+			_, err := js.Publish(context.Background(), "logs.1", []byte("x"))
+			require.NoError(t, err)
+		}
+		publishLogs()
+		cases := []struct {
+			name string
+			cfg  jetstream.ConsumerConfig
+			want string
+		}{
+			{"AckNone", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "AckExplicit"},
+			{"AckAll", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "AckExplicit"},
+			{"MaxRequestExpires below a pull's shortest wait", jetstream.ConsumerConfig{
+				AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 5 * time.Millisecond,
+			}, "MaxRequestExpires"},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.cfg.Durable = fmt.Sprint("c", i)
+				cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", tc.cfg)
+				require.NoError(t, err)
+				err = natsjs.Run(context.Background(), p, cons, h, via.opts(js)...)
+				require.ErrorIs(t, err, natsjs.ErrInvalidConsumer)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.Zero(t, consumerInfo(t, cons).Delivered.Consumer, "a message was delivered")
+			})
+		}
 	})
 }
 
-func TestImpossibleOptionsPanicWithANatsjsMessage(t *testing.T) {
+func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	s := startServer(t)
 	_, js := connect(t, s)
-	cons := workQueue(t, js, 30*time.Second, 0)
-	cases := map[string]func(){
-		"WithMaxInFlight(0)":             func() { natsjs.WithMaxInFlight(0) },
-		"WithMaxInFlight(-1)":            func() { natsjs.WithMaxInFlight(-1) },
-		"WithProgressInterval(-1)":       func() { natsjs.WithProgressInterval(-1) },
-		"WithDeadLetter(nil, subject)":   func() { natsjs.WithDeadLetter(nil, "dead") },
-		"WithDeadLetter(js, \"\")":       func() { natsjs.WithDeadLetter(js, "") },
-		"WithDeadLetter(js, wildcard)":   func() { natsjs.WithDeadLetter(js, "dead.*") },
-		"WithDeadLetter(js, full wild)":  func() { natsjs.WithDeadLetter(js, "dead.>") },
-		"WithDeadLetter(js, empty tok)":  func() { natsjs.WithDeadLetter(js, "dead..jobs") },
-		"WithDeadLetter(js, with space)": func() { natsjs.WithDeadLetter(js, "dead jobs") },
-		"nil option": func() {
-			_ = natsjs.Consume(context.Background(), newPool(t, 1), cons,
-				func(context.Context, jetstream.Msg) error { return nil }, nil)
-		},
+	cons := workQueue(t, js, 2*time.Second, 0)
+	publishJobs(t, js, 3)
+	// A consumer whose BackOff redelivers after 900ms: the progress
+	// interval must be below that, not just below AckWait.
+	// (A work-queue stream allows one consumer: this one reads another.)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+	require.NoError(t, err)
+	backoffCons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
+		Durable: "backoff", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second,
+		MaxDeliver: 4, BackOff: []time.Duration{2 * time.Second, 900 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	// JetStream contexts that do not reach cons: one whose API prefix no
+	// server answers, and one of another server, with a stream and a
+	// consumer of the same names.
+	nc, _ := connect(t, s)
+	nowhere, err := jetstream.NewWithAPIPrefix(nc, "$JS.nowhere.API")
+	require.NoError(t, err)
+	_, otherJS := connect(t, startServer(t))
+	workQueue(t, otherJS, 2*time.Second, 0)
+	h := func(context.Context, jetstream.Msg) error {
+		t.Error("a handler ran")
+		return nil
 	}
-	for name, call := range cases {
+	cases := map[string]struct {
+		cons jetstream.Consumer
+		opts []natsjs.Option
+	}{
+		"WithMaxInFlight(0)":                   {cons, []natsjs.Option{natsjs.WithMaxInFlight(0)}},
+		"WithMaxInFlight(-1)":                  {cons, []natsjs.Option{natsjs.WithMaxInFlight(-1)}},
+		"WithProgressInterval(-1)":             {cons, []natsjs.Option{natsjs.WithProgressInterval(-1)}},
+		"WithProgressInterval(AckWait)":        {cons, []natsjs.Option{natsjs.WithProgressInterval(2 * time.Second)}},
+		"WithProgressInterval above a BackOff": {backoffCons, []natsjs.Option{natsjs.WithProgressInterval(time.Second)}},
+		"WithDeadLetter(nil, subject)":         {cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
+		"WithDeadLetter(js, \"\")":             {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
+		"WithDeadLetter(js, wildcard)":         {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},
+		"WithDeadLetter(js, full wild)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.>")}},
+		"WithDeadLetter(js, empty tok)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead..jobs")}},
+		"WithDeadLetter(js, with space)":       {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead jobs")}},
+		"WithJetStream(nil)":                   {cons, []natsjs.Option{natsjs.WithJetStream(nil)}},
+		"WithJetStream(js of no JetStream)":    {cons, []natsjs.Option{natsjs.WithJetStream(nowhere)}},
+		"WithJetStream(js of another server)":  {cons, []natsjs.Option{natsjs.WithJetStream(otherJS)}},
+		"nil option":                           {cons, []natsjs.Option{nil}},
+		"a valid option, then an invalid one":  {cons, []natsjs.Option{natsjs.WithMaxInFlight(4), natsjs.WithMaxInFlight(0)}},
+	}
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			defer func() {
-				v := recover()
-				require.NotNil(t, v, "no panic")
-				msg, ok := v.(string)
-				require.True(t, ok, "panic value %#v is not a string", v)
-				assert.True(t, strings.HasPrefix(msg, "natsjs: "), msg)
-			}()
-			call()
+			var err error
+			require.NotPanics(t, func() {
+				err = natsjs.Run(context.Background(), newPool(t, 1), tc.cons, h, tc.opts...)
+			})
+			require.ErrorIs(t, err, jetstream.ErrInvalidOption)
+			assert.True(t, strings.HasPrefix(err.Error(), "natsjs: "), err.Error())
 		})
 	}
+	// The same options, valid, are accepted: the checks are not blanket.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
+		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithJetStream(js)))
+	requireTookNothing(t, cons, 3)
 }
 
 func TestDefaultBackoffDoublesFromOneSecondUpToAMinute(t *testing.T) {
@@ -116,28 +166,30 @@ func TestDefaultBackoffDoublesFromOneSecondUpToAMinute(t *testing.T) {
 }
 
 func TestAHandlerMaySettleItsMessageItself(t *testing.T) {
-	s := startServer(t)
-	_, js := connect(t, s)
-	cons := workQueue(t, js, 30*time.Second, 0)
-	publishJobs(t, js, 3)
+	forEachPath(t, func(t *testing.T, via pullPath) {
+		s := startServer(t)
+		_, js := connect(t, s)
+		cons := workQueue(t, js, 30*time.Second, 0)
+		publishJobs(t, js, 3)
 
-	ta := newTally()
-	stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), cons,
-		func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			switch string(msg.Data()) {
-			case "0":
-				return msg.Term()
-			case "1":
-				// Acked, then failed: the ack stands.
-				require.NoError(t, msg.DoubleAck(ctx))
-				return fmt.Errorf("failed after acking")
-			default:
-				require.NoError(t, msg.Ack())
-				panic("panicked after acking")
-			}
-		}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
-	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
-	require.NoError(t, stop())
-	requireEachOnce(t, ta, 3)
+		ta := newTally()
+		stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), cons,
+			func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				switch string(msg.Data()) {
+				case "0":
+					return msg.Term()
+				case "1":
+					// Acked, then failed: the ack stands.
+					require.NoError(t, msg.DoubleAck(ctx))
+					return fmt.Errorf("failed after acking")
+				default:
+					require.NoError(t, msg.Ack())
+					panic("panicked after acking")
+				}
+			}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
+		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
+		require.NoError(t, stop())
+		requireEachOnce(t, ta, 3)
+	})
 }

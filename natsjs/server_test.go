@@ -2,7 +2,9 @@ package natsjs_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain runs up to 8 tests at once, unless -test.parallel says: most
+// tests wait on the clock (AckWaits, backoffs, reconnections, the last
+// pulls of a stop) rather than the CPU, and the default, GOMAXPROCS, would
+// run two at a time on a 2-core machine, which makes one run of the
+// package, every promise tested on both pull paths, take over a minute.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "8")
+	}
+	os.Exit(m.Run())
+}
 
 // waitFor is how long a test waits for a condition that should hold soon:
 // generous, so that a slow machine or the race detector does not fail it.
@@ -135,13 +152,46 @@ func eventually(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	require.Eventually(t, cond, waitFor, 5*time.Millisecond, msgAndArgs...)
 }
 
-// consuming runs Consume in a goroutine until the returned stop function
-// is called, which cancels its ctx and returns Consume's error.
-func consuming(t testing.TB, p *workerpool.Pool, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
+// A pullPath is one of Run's two ways to pull: jetstream's own Fetch on
+// the consumer (no option), or raw pulls on the connection of the
+// JetStream context WithJetStream gives. Every test of a promise that
+// concerns pulling runs against both (see forEachPath).
+type pullPath struct {
+	name   string
+	withJS bool
+}
+
+var pullPaths = []pullPath{{"Fetch", false}, {"WithJetStream", true}}
+
+// opts returns the options that make Run take this path, with js, then
+// opts.
+func (pp pullPath) opts(js jetstream.JetStream, opts ...natsjs.Option) []natsjs.Option {
+	if !pp.withJS {
+		return opts
+	}
+	return append([]natsjs.Option{natsjs.WithJetStream(js)}, opts...)
+}
+
+// forEachPath runs test once per pull path, as parallel subtests named
+// after the path: each starts its own server, and most wait on the clock
+// rather than the CPU.
+func forEachPath(t *testing.T, test func(t *testing.T, via pullPath)) {
+	t.Helper()
+	for _, pp := range pullPaths {
+		t.Run(pp.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, pp)
+		})
+	}
+}
+
+// consuming runs Run in a goroutine until the returned stop function is
+// called, which cancels its ctx and returns Run's error.
+func consuming(t testing.TB, s workerpool.Submitter, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- natsjs.Consume(ctx, p, cons, h, opts...) }()
+	go func() { done <- natsjs.Run(ctx, s, cons, h, opts...) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -150,13 +200,45 @@ func consuming(t testing.TB, p *workerpool.Pool, cons jetstream.Consumer, h nats
 			select {
 			case err = <-done:
 			case <-time.After(waitFor):
-				err = fmt.Errorf("Consume did not return within %v of its ctx being done", waitFor)
+				err = fmt.Errorf("Run did not return within %v of its ctx being done", waitFor)
 			}
 		})
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop
+}
+
+// An eventLog keeps what a test saw happen, with the time since it began,
+// for the test to print if it fails: what the error handler was told,
+// and the test's own steps.
+type eventLog struct {
+	start  time.Time
+	mu     sync.Mutex
+	events []string
+}
+
+func newEventLog() *eventLog { return &eventLog{start: time.Now()} }
+
+func (l *eventLog) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, fmt.Sprintf("%8v ", time.Since(l.start).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+}
+
+// errorHandler returns an option that adds what Run reports to the log.
+func (l *eventLog) errorHandler() natsjs.Option {
+	return natsjs.WithErrorHandler(func(err error) { l.add("error handler: %v", err) })
+}
+
+// print logs every event in t.
+func (l *eventLog) print(t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		t.Log(e)
+	}
 }
 
 // tally counts how often each job was handled.

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // errHandlerPanicked stands for the failure of a handler that panicked or
@@ -16,11 +15,13 @@ import (
 var errHandlerPanicked = errors.New("natsjs: handler panicked or called runtime.Goexit")
 
 // runTask is m's task on the pool: it runs the handler, unless a stop
-// handed m back first, and settles m.
+// handed m back first, and settles m. It runs on a worker, or, under
+// CallerRuns, on the feeder's goroutine; a handler that panics or calls
+// runtime.Goexit fails alike on either.
 func (r *run) runTask(m *message) {
 	r.mu.Lock()
 	if m.stage != waiting || r.ctx.Err() != nil {
-		// Stopping: the puller hands m back, if it has not already and
+		// Stopping: the stop hands m back, if it has not already and
 		// the task outlived its message, perhaps its run.
 		r.mu.Unlock()
 		return
@@ -33,12 +34,12 @@ func (r *run) runTask(m *message) {
 	r.mu.Unlock()
 
 	// A panic is not recovered here, so that the pool counts it and passes
-	// it to its panic handler; the message is settled on the way out.
+	// it to its panic handler; the message is settled on the way out, as
+	// it is when the handler calls runtime.Goexit.
 	err := errHandlerPanicked
 	defer func() {
 		if err == nil {
-			// The worker is free at once; m keeps its slot until the
-			// acker has had the server confirm its ack.
+			// The worker is free at once; the acker acks m.
 			r.queueAck(m)
 			return
 		}
@@ -50,44 +51,56 @@ func (r *run) runTask(m *message) {
 
 // settle ends the stay of m, whose handler failed with err: it hands m
 // back with the backoff or, on m's last delivery, it dead-letters and
-// terminates m. Then it gives m's slot back.
+// terminates m. Then it frees m's slot.
 func (r *run) settle(m *message, err error) {
 	delivery := uint64(1)
-	if md, mdErr := m.Msg.Metadata(); mdErr == nil {
+	if md, mdErr := m.wire.Metadata(); mdErr == nil {
 		delivery = md.NumDelivered
 	}
-	last := r.maxDeliver > 0 && delivery >= uint64(r.maxDeliver)
+	maxDeliver := r.maxDeliver.Load()
+	last := maxDeliver > 0 && delivery >= uint64(maxDeliver)
 	if !last && r.ctx.Err() != nil && r.leaveToStop(m) {
 		return
 	}
 	defer r.release(m)
-	// Settling goes on after a stop: it is how a stop finishes.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
-	defer cancel()
+	// Once closed, no progress message can follow the Nak and undo its
+	// delay.
+	if m.close() {
+		return // the handler settled m itself, then failed
+	}
 	if last {
 		// The server will not deliver m again: unless m goes elsewhere, a
 		// work-queue stream keeps it for ever.
 		if r.cfg.deadLetterJS != nil {
-			if dlErr := r.deadLetter(ctx, m.Msg, delivery, err); dlErr != nil {
+			// Publishing goes on after a stop: it is how a stop finishes.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), settleTimeout)
+			dlErr := r.deadLetter(ctx, m, delivery, err)
+			cancel()
+			if dlErr != nil {
 				// Keep m in its stream rather than lose it.
-				_ = m.Msg.Nak()
+				r.report(m.messageError("dead-letter", dlErr))
+				r.sent(m, "nak", m.wire.Nak())
 				return
 			}
 		}
-		_ = m.Msg.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, r.maxDeliver))
+		r.sent(m, "term", m.wire.TermWithReason(fmt.Sprintf("natsjs: failed on delivery %d of %d", delivery, maxDeliver)))
 		return
 	}
 	if r.ctx.Err() != nil {
 		// The handler most likely failed because the stop cancelled its
 		// ctx, after the stop's hand-back: another process may take the
 		// message at once.
-		_ = m.Msg.Nak()
+		r.sent(m, "nak", m.wire.Nak())
 		return
 	}
-	if d := r.cfg.backoff(delivery); d > 0 {
-		_ = m.Msg.NakWithDelay(d)
-	} else {
-		_ = m.Msg.Nak()
+	r.sent(m, "nak", m.wire.NakWithDelay(r.cfg.backoff(delivery)))
+}
+
+// sent reports err, the result of sending op for m, which the run
+// settles, if it failed.
+func (r *run) sent(m *message, op string, err error) {
+	if err != nil {
+		r.report(m.messageError(op, err))
 	}
 }
 
@@ -106,31 +119,31 @@ func (r *run) leaveToStop(m *message) bool {
 	return true
 }
 
-// release forgets a settled message and gives its slot back.
+// release forgets a settled message and frees its slot.
 func (r *run) release(m *message) {
 	r.mu.Lock()
 	delete(r.held, m)
 	r.mu.Unlock()
-	r.releaseSlots(1)
+	r.slots.releaseHeld(1)
 }
 
-// deadLetter publishes a copy of msg, which failed on its last delivery
-// with cause, to the dead-letter subject, as WithDeadLetter says.
-func (r *run) deadLetter(ctx context.Context, msg jetstream.Msg, delivery uint64, cause error) error {
+// deadLetter publishes a copy of m, which failed on its last delivery with
+// cause, to the dead-letter subject, as WithDeadLetter says.
+func (r *run) deadLetter(ctx context.Context, m *message, delivery uint64, cause error) error {
 	out := nats.NewMsg(r.cfg.deadLetterSubject)
-	out.Data = msg.Data()
-	for k, vs := range msg.Headers() {
+	out.Data = m.wire.Data()
+	for k, vs := range m.wire.Headers() {
 		if strings.HasPrefix(k, "Nats-") {
 			k = "Natsjs-Original-" + strings.TrimPrefix(k, "Nats-")
 		}
 		out.Header[k] = append([]string(nil), vs...)
 	}
-	if md, err := msg.Metadata(); err == nil {
+	if md, err := m.wire.Metadata(); err == nil {
 		out.Header.Set("Natsjs-Stream", md.Stream)
 		out.Header.Set("Natsjs-Consumer", md.Consumer)
 		out.Header.Set("Natsjs-Sequence", strconv.FormatUint(md.Sequence.Stream, 10))
 	}
-	out.Header.Set("Natsjs-Subject", msg.Subject())
+	out.Header.Set("Natsjs-Subject", m.wire.Subject())
 	out.Header.Set("Natsjs-Deliveries", strconv.FormatUint(delivery, 10))
 	out.Header.Set("Natsjs-Error", headerValue(cause.Error()))
 	_, err := r.cfg.deadLetterJS.PublishMsg(ctx, out)

@@ -3,7 +3,7 @@
 //
 // It starts an embedded JetStream server (or uses the one at $NATS_URL),
 // publishes the jobs, and runs worker processes (this program again, with
-// -worker), each a pool fed by natsjs.Consume. Each job's handler records
+// -worker), each a pool fed by natsjs.Run. Each job's handler records
 // its result in a second stream. Once some of the jobs are done, it kills
 // one worker with SIGKILL: the jobs that worker held come back to the
 // others after the consumer's AckWait. The program shows each process's
