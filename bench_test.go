@@ -174,6 +174,31 @@ func BenchmarkSubpool(b *testing.B) {
 	}
 }
 
+// BenchmarkIdleSubpool compares Submit to a pool with an idle sub-pool
+// (made, never used) against Submit to a pool without one: what a sub-pool
+// costs the pool's own tasks while it has nothing to do.
+func BenchmarkIdleSubpool(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("none/workers=%d", n), func(b *testing.B) {
+			benchSubmit(b, workerpool.New(n), false, nil)
+		})
+		b.Run(fmt.Sprintf("idle/workers=%d", n), func(b *testing.B) {
+			p := workerpool.New(n)
+			p.Subpool("idle", 1)
+			benchSubmit(b, p, false, nil)
+		})
+	}
+}
+
+// BenchmarkSubpoolLimit1 measures Submit to a sub-pool of limit 1, whose
+// tasks queue behind each other, on a pool of 4: compare it with
+// BenchmarkSubpool/pool/workers=4.
+func BenchmarkSubpoolLimit1(b *testing.B) {
+	p := workerpool.New(4)
+	s := p.Subpool("one", 1)
+	benchSubmitTo(b, p, func(_ int, task func()) error { return s.Submit(task) }, false, nil)
+}
+
 // BenchmarkSubmitKey measures SubmitKey with many distinct keys (each task
 // its own, from a set of 65536) and with a few hot keys (4), whose tasks
 // queue behind each other. The keys are made before the timer starts. As
