@@ -122,7 +122,7 @@ func (d *dispatcher) workerFree() bool {
 
 // canFill reports whether the loop may hand out tasks now.
 func (d *dispatcher) canFill() bool {
-	return !d.paused && !d.cut && d.sched.waiting > 0 && d.roomForOneMore()
+	return !d.paused && !d.cut && len(d.late) == 0 && d.sched.waiting > 0 && d.roomForOneMore()
 }
 
 // roomForOneMore reports whether one more task may be handed out without

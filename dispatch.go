@@ -44,6 +44,10 @@ type dispatcher struct {
 	unplaced            int    // tasks accepted in a row that had to wait; see letWorkersRun
 	starved             bool   // fill waits for a free worker: see workerFree
 	laneCuts            int    // sub-pools' Stops that cut their tasks and wait (watchLate)
+	// late lists the sends that requeue revoked and that have not come
+	// back; limbo holds the tasks it took back meanwhile.
+	late  []uint64
+	limbo []entry
 	wants               uint32 // what Pool.wants holds
 
 	// bufLane is the lane whose tasks the hand-off buffer holds, unless
@@ -139,7 +143,7 @@ func (d *dispatcher) quiet() bool {
 // waits, in a lane or in the hand-off buffer, and no submitter is on its
 // way: none that passed its check of Pool.closed is still to hand over.
 func (d *dispatcher) finished() bool {
-	return d.draining && d.sched.waiting == 0 && len(d.p.work) == 0 && d.p.senders.Load() == 0
+	return d.draining && d.sched.waiting == 0 && len(d.p.work) == 0 && len(d.limbo) == 0 && len(d.late) == 0 && d.p.senders.Load() == 0
 }
 
 // settle brings the loop up to date before it waits: it takes the
@@ -225,7 +229,7 @@ func (d *dispatcher) updateWants() {
 	if d.workers() > d.max {
 		wants |= wantRetire
 	}
-	if d.deadline != nil || d.p.cut.Load() != nil || d.laneCuts > 0 {
+	if d.deadline != nil || d.p.cut.Load() != nil || d.laneCuts > 0 || d.p.revoked.Load() != nil {
 		wants |= watchLate
 	}
 	if wants != d.wants {
@@ -267,10 +271,15 @@ func (d *dispatcher) subpool(l *lane) *Subpool {
 // buffer together hold fewer than the bound.
 func (d *dispatcher) room() bool {
 	bound := d.cfg().maxWaiting
-	return bound == 0 || d.sched.waiting+len(d.p.work) < bound
+	return bound == 0 || d.sched.waiting+len(d.p.work)+d.outside() < bound
 }
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
+
+// outside counts the waiting tasks neither in the scheduler nor in the
+// hand-off buffer: those in limbo, and the late ones to come back (see
+// requeue).
+func (d *dispatcher) outside() int { return len(d.limbo) + len(d.late) }
 
 // workers returns how many worker goroutines are counted in: parked, busy
 // or starting.
@@ -280,7 +289,7 @@ func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 // the peak.
 func (d *dispatcher) publishWaiting() {
 	d.notePeak()
-	d.p.stats.waiting.Store(int64(d.sched.waiting))
+	d.p.stats.waiting.Store(int64(d.sched.waiting + len(d.limbo)))
 }
 
 // notePlaced records the peak of waiting tasks after accept placed a task,
@@ -294,7 +303,7 @@ func (d *dispatcher) notePlaced() {
 // notePeak records the waiting tasks, those in the hand-off buffer
 // included, as PeakWaiting if they are more.
 func (d *dispatcher) notePeak() {
-	d.p.stats.peakAtLeast(d.sched.waiting + len(d.p.work))
+	d.p.stats.peakAtLeast(d.sched.waiting + len(d.p.work) + d.outside())
 }
 
 func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }

@@ -1,5 +1,7 @@
 package workerpool
 
+import "slices"
+
 // The hand-off buffer: Pool.work's buffer. It lets a worker that comes free
 // take its next task while the dispatcher is busy or not even scheduled:
 // without it, every queued task needs the dispatcher and the worker to
@@ -43,7 +45,8 @@ const (
 // before the cut. Either way, of the tasks in the buffer when Stop cut it,
 // those that start are exactly those sent before the cut.
 type cutoff struct {
-	sent uint64 // written before done is closed
+	sent uint64   // written before done is closed
+	late []uint64 // for Pool.revoked: the sends to hand back; written before done is closed
 	done chan struct{}
 }
 
@@ -128,17 +131,83 @@ func (d *dispatcher) takeBack() []handOff {
 
 // requeue takes the hand-off buffer back and puts its tasks back at the
 // front of their lanes, to be handed out again.
+//
+// Workers may take tasks from the buffer meanwhile. One that takes a task
+// sent before the first the dispatcher took runs it, as handed out just
+// before; one sent after it would start ahead of a task taken back, out
+// of order. So requeue revokes those (Pool.revoked): it publishes the
+// revocation and sets watchLate before it takes the first task back, then
+// lists every later send it did not get, the late ones, and closes done.
+// A worker that receives a task waits for done and hands a late one back
+// (returnedReport). Until every late task has come back, the tasks taken
+// back wait in limbo and nothing is handed out; then they all go back to
+// their lanes, in the order they were sent.
 func (d *dispatcher) requeue() {
-	if len(d.p.work) == 0 {
+	if len(d.p.work) > 0 {
+		d.requeueExcept(nil)
+	}
+}
+
+// requeueExcept is requeue, but returns the tasks of lane l it took back,
+// in order, rather than putting them back: a sub-pool's Stop drops them.
+func (d *dispatcher) requeueExcept(l *lane) (kept []handOff) {
+	cut := &cutoff{done: make(chan struct{})}
+	d.p.revoked.Store(cut)
+	d.updateWants() // watchLate, before the first receive
+	back := d.takeBack()
+	for i, h := range back {
+		if h.kind != runTask {
+			continue
+		}
+		// Every send after the first one taken back, up to the last
+		// send, that is not taken back was taken by a worker.
+		next := d.sent + 1
+		for _, later := range back[i+1:] {
+			if later.kind == runTask {
+				next = later.sent
+				break
+			}
+		}
+		for s := h.sent + 1; s < next; s++ {
+			d.late = append(d.late, s)
+		}
+		if l != nil && h.lane == l {
+			kept = append(kept, h)
+		} else {
+			d.limbo = append(d.limbo, h.entry)
+		}
+	}
+	cut.late = slices.Clone(d.late)
+	close(cut.done)
+	d.settleLimbo()
+	return kept
+}
+
+// settleLimbo puts the tasks in limbo back in their lanes once no late
+// task is still to come back, and ends the revocation.
+func (d *dispatcher) settleLimbo() {
+	if len(d.late) > 0 {
 		return
 	}
-	back := d.takeBack()
-	entries := make([]entry, len(back))
-	for i, h := range back {
-		entries[i] = h.entry
+	if d.p.revoked.Load() != nil {
+		d.p.revoked.Store(nil)
+		d.updateWants()
 	}
-	d.sched.putBack(entries)
-	d.publishWaiting()
+	if len(d.limbo) > 0 {
+		slices.SortFunc(d.limbo, bySeq)
+		d.sched.putBack(d.limbo)
+		clear(d.limbo)
+		d.limbo = d.limbo[:0]
+		d.publishWaiting()
+	}
+}
+
+// cameBack accounts for h, a task a worker handed back unstarted (a late
+// one, see requeue), or dropped past a cut: it is no longer late.
+func (d *dispatcher) cameBack(h handOff) {
+	if i := slices.Index(d.late, h.sent); i >= 0 {
+		d.late = slices.Delete(d.late, i, i+1)
+	}
 }
 
 // cutBuffer takes the hand-off buffer back for good, for Stop or a passed

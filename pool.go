@@ -143,6 +143,9 @@ type Pool struct {
 	// both (watchLate).
 	deadline atomic.Pointer[<-chan struct{}]
 	cut      atomic.Pointer[cutoff]
+	// revoked lists the tasks that workers took from the hand-off buffer
+	// while the dispatcher took it back, after an earlier one: see requeue.
+	revoked atomic.Pointer[cutoff]
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64

@@ -21,6 +21,7 @@ type reportKind uint8
 const (
 	endedReport reportKind = iota + 1
 	droppedReport
+	returnedReport // a late task handed back unstarted: see requeue
 )
 
 // reports collects workers' reports for the dispatcher.
@@ -55,8 +56,17 @@ func (d *dispatcher) collect() bool {
 	}
 	got := d.p.reports.take(d.got)
 	for _, r := range got {
+		if r.kind != endedReport {
+			d.cameBack(r.handOff)
+		}
+		if r.kind == returnedReport && !d.cut && !d.lateStopped(r.handOff) {
+			// Not started: it waits in limbo with those taken back.
+			d.handed--
+			d.limbo = append(d.limbo, r.entry)
+			continue
+		}
 		d.sched.ended(r.entry)
-		if r.kind == droppedReport && !d.dropLate(r.handOff) {
+		if r.kind != endedReport && !d.dropLate(r.handOff) {
 			d.drop(r.handOff)
 		}
 	}
@@ -66,6 +76,7 @@ func (d *dispatcher) collect() bool {
 		d.got = nil // a burst of reports: let it go
 	}
 	if len(got) > 0 {
+		d.settleLimbo()
 		d.settleStops()
 	}
 	return len(got) > 0

@@ -233,6 +233,12 @@ func (d *dispatcher) dropQueue() {
 		d.sched.ended(h.entry) // it was out
 		d.drop(h)
 	}
+	for _, e := range d.limbo {
+		d.sched.ended(e) // it was out
+		d.drop(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
+	}
+	clear(d.limbo)
+	d.limbo = d.limbo[:0]
 	for _, e := range d.sched.dropAll() {
 		d.drop(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
 	}
@@ -274,18 +280,22 @@ func (d *dispatcher) stopLane(r *request) {
 		r.cut = true
 		d.laneCuts++
 		d.updateWants() // watchLate, before the first receive
-		var gone, others []entry
-		for _, h := range d.takeBack() {
-			if h.lane == l {
-				cut.sent = min(cut.sent, h.sent)
-				d.sched.ended(h.entry)
-				gone = append(gone, h.entry)
-			} else {
-				others = append(others, h.entry)
-			}
+		var gone []entry
+		for _, h := range d.requeueExcept(l) {
+			cut.sent = min(cut.sent, h.sent)
+			d.sched.ended(h.entry)
+			gone = append(gone, h.entry)
 		}
 		close(cut.done)
-		d.sched.putBack(others)
+		// Its tasks in limbo (see requeue) have not started either.
+		d.limbo = slices.DeleteFunc(d.limbo, func(e entry) bool {
+			if e.lane != l {
+				return false
+			}
+			d.sched.ended(e)
+			gone = append(gone, e)
+			return true
+		})
 		for _, e := range append(gone, d.sched.dropLane(l)...) {
 			d.dropFrom(r, e)
 		}
@@ -327,6 +337,20 @@ func (d *dispatcher) dropLate(h handOff) bool {
 	for _, r := range d.stops {
 		if r.sub == h.sub && r.cut {
 			d.dropFrom(r, h.entry)
+			return true
+		}
+	}
+	return false
+}
+
+// lateStopped reports whether h, a late task handed back (see requeue), is
+// of a sub-pool whose Stop is cutting its tasks: then it is dropped.
+func (d *dispatcher) lateStopped(h handOff) bool {
+	if h.sub == nil {
+		return false
+	}
+	for _, r := range d.stops {
+		if r.sub == h.sub && r.cut {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package workerpool
 import (
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -245,12 +246,30 @@ func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
 	if wants&wantTaken != 0 {
 		p.signal() // h left the hand-off buffer
 	}
-	if wants&watchLate != 0 && h.kind == runTask && p.cutOff(h) {
-		p.reports.add(report{kind: droppedReport, handOff: h})
+	if wants&watchLate != 0 && h.kind == runTask {
+		switch {
+		case p.cutOff(h):
+			p.reports.add(report{kind: droppedReport, handOff: h})
+		case p.isRevoked(h):
+			p.reports.add(report{kind: returnedReport, handOff: h})
+		default:
+			return false
+		}
 		p.signal()
 		return true
 	}
 	return false
+}
+
+// isRevoked reports whether h, just received from Pool.work, was revoked
+// by a take-back of the buffer (see requeue) and must go back unstarted.
+func (p *Pool) isRevoked(h handOff) bool {
+	cut := p.revoked.Load()
+	if cut == nil {
+		return false
+	}
+	<-cut.done
+	return slices.Contains(cut.late, h.sent)
 }
 
 // cutOff reports whether h, just received from Pool.work, must not run: a
