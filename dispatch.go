@@ -44,11 +44,12 @@ type dispatcher struct {
 	unplaced            int    // tasks accepted in a row that had to wait; see letWorkersRun
 	starved             bool   // fill waits for a free worker: see workerFree
 	laneCuts            int    // sub-pools' Stops that cut their tasks and wait (watchLate)
+	wants               uint32 // what Pool.wants holds
+
 	// late lists the sends that requeue revoked and that have not come
 	// back; limbo holds the tasks it took back meanwhile.
 	late  []uint64
 	limbo []entry
-	wants               uint32 // what Pool.wants holds
 
 	// bufLane is the lane whose tasks the hand-off buffer holds, unless
 	// bufMixed says it may hold tasks of several.
