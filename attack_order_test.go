@@ -54,13 +54,13 @@ func atkNoErr(t *testing.T, err error) {
 // ---------------------------------------------------------------------------
 // (a) Order within one queue, keys.
 
-// TestAttackKeyHandedOutAheadLetsLaterTasksPassItsNextTask: one worker,
+// TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask: one worker,
 // busy. k1 and k2 (one key), then u1, u2 (unkeyed) are accepted in that
 // order. k1 has not even started when u1 and u2 are accepted: no task of
 // key k runs. The doc: tasks are handed to workers in acceptance order,
 // except a task whose key is busy (a task with the same key is running).
 // So the worker, coming free after k1, should get k2 before u1 and u2.
-func TestAttackKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
+func TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		release := atkGate(t, p)
@@ -80,12 +80,12 @@ func TestAttackKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
 	})
 }
 
-// TestAttackFreedKeyWaitsBehindTheBuffer: one worker runs k1; k2 (same
+// TestFreedKeyWaitsBehindTheBuffer: one worker runs k1; k2 (same
 // key) waits for it, then 100 unkeyed tasks are accepted. When k1 ends, k2
 // is the earliest accepted task of the queue and its key is free; the doc
 // says only a busy key holds a task back. Count how many later-accepted
 // tasks start before it.
-func TestAttackFreedKeyWaitsBehindTheBuffer(t *testing.T) {
+func TestFreedKeyWaitsBehindTheBuffer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		gate := make(chan struct{})
@@ -107,11 +107,11 @@ func TestAttackFreedKeyWaitsBehindTheBuffer(t *testing.T) {
 	})
 }
 
-// TestAttackKeyFreedByAPauseTakesItsPlace: k1 waits in the hand-off buffer
+// TestKeyFreedByAPauseTakesItsPlace: k1 waits in the hand-off buffer
 // behind a running task; a Pause takes it back (its key is free again);
 // u1, k2, u2 come while paused. After the pause, acceptance order holds:
 // k1, u1, k2, u2.
-func TestAttackKeyFreedByAPauseTakesItsPlace(t *testing.T) {
+func TestKeyFreedByAPauseTakesItsPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		release := atkGate(t, p)
@@ -141,11 +141,11 @@ func TestAttackKeyFreedByAPauseTakesItsPlace(t *testing.T) {
 	})
 }
 
-// TestAttackCanceledCallsLeaveKeyedAndUnkeyedOrderIntact: one worker,
+// TestCanceledCallsLeaveKeyedAndUnkeyedOrderIntact: one worker,
 // busy. The queue holds, in acceptance order, a mix of Calls (some whose
 // contexts end while they wait), keyed and unkeyed tasks. The Calls that
 // give up leave; the others keep acceptance order.
-func TestAttackCanceledCallsLeaveKeyedAndUnkeyedOrderIntact(t *testing.T) {
+func TestCanceledCallsLeaveKeyedAndUnkeyedOrderIntact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		release := atkGate(t, p)
@@ -195,12 +195,12 @@ func TestAttackCanceledCallsLeaveKeyedAndUnkeyedOrderIntact(t *testing.T) {
 // ---------------------------------------------------------------------------
 // (b) Turns.
 
-// TestAttackANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks: the
+// TestANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks: the
 // buffer fills with the pool's own tasks while nothing else waits (fewer
 // than 64, so that none waits in the scheduler); then a sub-pool's task,
 // a keyed one of another sub-pool, and a SubmitWait of a third arrive. Each
 // must start within its turn: behind at most one task handed out ahead.
-func TestAttackANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks(t *testing.T) {
+func TestANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks(t *testing.T) {
 	for _, n := range []int{3, 40, 64, 65, 130} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -234,11 +234,11 @@ func TestAttackANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks(t *tes
 	}
 }
 
-// TestAttackTurnsSurviveResizesMidStream: one worker, three queues with
+// TestTurnsSurviveResizesMidStream: one worker, three queues with
 // waiting tasks; a sub-pool Resize and a pool Resize (up and back down) take
 // the buffer back between starts. Turns stay round robin and each queue
 // keeps its order.
-func TestAttackTurnsSurviveResizesMidStream(t *testing.T) {
+func TestTurnsSurviveResizesMidStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		a, b := p.Subpool("a", 5), p.Subpool("b", 5)
@@ -286,13 +286,13 @@ func TestAttackTurnsSurviveResizesMidStream(t *testing.T) {
 // ---------------------------------------------------------------------------
 // (c) Stop.
 
-// TestAttackStopReturnsTheOneAcceptanceOrderAcrossQueuesKeysAndLeavers:
+// TestStopReturnsTheOneAcceptanceOrderAcrossQueuesKeysAndLeavers:
 // one worker, busy; tasks of three queues, keyed and not, SubmitWaits,
 // Calls (some given up), Group tasks and Futures, interleaved; a Pause and
 // a resize take the buffer back and hand it out again; then Stop. It
 // returns exactly the fire-and-forget tasks, in acceptance order, and
 // every waiter gets ErrStopped.
-func TestAttackStopReturnsTheOneAcceptanceOrderAcrossQueuesKeysAndLeavers(t *testing.T) {
+func TestStopReturnsTheOneAcceptanceOrderAcrossQueuesKeysAndLeavers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		a, b := p.Subpool("a", 1), p.Subpool("b", 2)
@@ -466,7 +466,7 @@ func (w *atkWorld) body(r *atkRec, behave int, nested func()) func() {
 // known reports whether y is known to have been accepted before x.
 func atkBefore(y, x *atkRec) bool { return y.retT != 0 && y.retT < x.callT }
 
-func TestAttackStopCutsEachQueueBetweenAPrefixAndTheRestOnTheRealScheduler(t *testing.T) {
+func TestStopCutsEachQueueBetweenAPrefixAndTheRestOnTheRealScheduler(t *testing.T) {
 	rounds := 40
 	if raceEnabled {
 		rounds = 15
@@ -764,10 +764,10 @@ func atkSkipRound(t *testing.T, p *workerpool.Pool) {
 	atkNoErr(t, p.SubmitWait(func() {}))
 }
 
-// TestAttackPauseAfterCallsGaveUp: "Pause ... returns once every task handed
+// TestPauseAfterCallsGaveUp: "Pause ... returns once every task handed
 // out before it has finished (or ctx is done first)". Nothing runs when it
 // is called, so it must return at once, not when its ctx ends.
-func TestAttackPauseAfterCallsGaveUp(t *testing.T) {
+func TestPauseAfterCallsGaveUp(t *testing.T) {
 	for round := range 30 {
 		p := workerpool.New(4)
 		atkSkipRound(t, p)
@@ -785,9 +785,9 @@ func TestAttackPauseAfterCallsGaveUp(t *testing.T) {
 	}
 }
 
-// TestAttackIdleWorkersAreReapedAfterCallsGaveUp: "A worker idle for the
+// TestIdleWorkersAreReapedAfterCallsGaveUp: "A worker idle for the
 // idle timeout exits, between one and two timeouts after it went idle".
-func TestAttackIdleWorkersAreReapedAfterCallsGaveUp(t *testing.T) {
+func TestIdleWorkersAreReapedAfterCallsGaveUp(t *testing.T) {
 	for round := range 30 {
 		p := workerpool.New(4, workerpool.WithIdleTimeout(20*time.Millisecond))
 		atkSkipRound(t, p)
@@ -800,13 +800,13 @@ func TestAttackIdleWorkersAreReapedAfterCallsGaveUp(t *testing.T) {
 	}
 }
 
-// TestAttackSubpoolStopCutsItsQueueBetweenAPrefixAndTheRest: the cut test
+// TestSubpoolStopCutsItsQueueBetweenAPrefixAndTheRest: the cut test
 // of cut_test.go, for a sub-pool whose limit does not hold it back (at or
 // above the pool's maximum), so that the hand-off buffer holds many of its
 // tasks when its Stop takes the buffer back while workers take from it.
 // The tasks that start must be a prefix of those it accepted; Stop returns
 // the rest, in order.
-func TestAttackSubpoolStopCutsItsQueueBetweenAPrefixAndTheRest(t *testing.T) {
+func TestSubpoolStopCutsItsQueueBetweenAPrefixAndTheRest(t *testing.T) {
 	for _, tc := range []struct{ max, limit, spin int }{{4, 4, 0}, {4, 64, 0}, {8, 8, 2000}, {16, 16, 500}} {
 		limit := tc.limit
 		t.Run(fmt.Sprint(tc.max, "/", tc.limit, "/", tc.spin), func(t *testing.T) {
@@ -891,9 +891,9 @@ var atkSink atomic.Int64
 // reaping clock runs (a negative idle timeout), so nothing but the report
 // can wake the dispatcher.
 
-// TestAttackAKeysNextTaskStartsWhenTheKeyIsFree: k1 (short) then k2, same
+// TestAKeysNextTaskStartsWhenTheKeyIsFree: k1 (short) then k2, same
 // key, on an idle pool; k2 must start once k1 ends.
-func TestAttackAKeysNextTaskStartsWhenTheKeyIsFree(t *testing.T) {
+func TestAKeysNextTaskStartsWhenTheKeyIsFree(t *testing.T) {
 	p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 	defer p.Stop()
 	for round := range 20000 {
@@ -910,9 +910,9 @@ func TestAttackAKeysNextTaskStartsWhenTheKeyIsFree(t *testing.T) {
 	}
 }
 
-// TestAttackASubpoolsNextTaskStartsWhenItIsUnderItsLimit: a sub-pool of
+// TestASubpoolsNextTaskStartsWhenItIsUnderItsLimit: a sub-pool of
 // limit 1 on a pool of 2: a1 (short) then a2; a2 must start once a1 ends.
-func TestAttackASubpoolsNextTaskStartsWhenItIsUnderItsLimit(t *testing.T) {
+func TestASubpoolsNextTaskStartsWhenItIsUnderItsLimit(t *testing.T) {
 	p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 	defer p.Stop()
 	a := p.Subpool("a", 1)
@@ -930,9 +930,9 @@ func TestAttackASubpoolsNextTaskStartsWhenItIsUnderItsLimit(t *testing.T) {
 	}
 }
 
-// TestAttackSubpoolStopReturnsOnceItsTasksEnd: a sub-pool with no limit of
+// TestSubpoolStopReturnsOnceItsTasksEnd: a sub-pool with no limit of
 // its own runs a stream of tiny tasks; its Stop must return once they end.
-func TestAttackSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
+func TestSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
 	for round := range 2000 {
 		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
 		a := p.Subpool("a", 4)
@@ -962,11 +962,11 @@ func TestAttackSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
 // to show the stall lasts.
 const atkLongWait = 5 * time.Second
 
-// TestAttackResizeDownAsWorkersComeFree: "lowering it makes idle workers
+// TestResizeDownAsWorkersComeFree: "lowering it makes idle workers
 // above n exit at once and busy ones as their task ends". Both workers
 // finish tiny tasks as Resize(1) lowers the maximum; afterwards a task
 // must still run.
-func TestAttackResizeDownAsWorkersComeFree(t *testing.T) {
+func TestResizeDownAsWorkersComeFree(t *testing.T) {
 	for round := range 3000 {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 		gate := make(chan struct{})
@@ -990,13 +990,13 @@ func TestAttackResizeDownAsWorkersComeFree(t *testing.T) {
 	}
 }
 
-// TestAttackASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds: two workers. One
+// TestASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds: two workers. One
 // runs a1, of sub-pool a (limit 1), for 10.5ms; the other chews through
 // 1ms tasks of the pool's own queue and of sub-pool b, in turns. a2 waits
 // for a1 (a is at its limit). Once a1 ends, a kept its place in the ring:
 // a2 starts behind at most one task handed out ahead. Then a3, a4 (also
 // limited) take their turns likewise.
-func TestAttackASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds(t *testing.T) {
+func TestASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2)
 		a, b := p.Subpool("a", 1), p.Subpool("b", 2)
@@ -1038,14 +1038,14 @@ func TestAttackASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds(t *testing.T) {
 	})
 }
 
-// TestAttackLeaversDoNotDisturbTheOrderOfTheRest: as
-// TestAttackCanceledCallsLeaveKeyedAndUnkeyedOrderIntact, but with no two
+// TestLeaversDoNotDisturbTheOrderOfTheRest: as
+// TestCanceledCallsLeaveKeyedAndUnkeyedOrderIntact, but with no two
 // tasks of one key, so that only the leaving is tested: Calls given up, a
 // Group and a Map whose contexts end while their tasks wait, mixed with
 // keyed and unkeyed tasks of the pool's own queue and of a sub-pool; then
 // a Pause takes the buffer back, and Stop. With one worker held, nothing
 // runs: Stop returns the fire-and-forget tasks in acceptance order.
-func TestAttackLeaversDoNotDisturbTheOrderOfTheRest(t *testing.T) {
+func TestLeaversDoNotDisturbTheOrderOfTheRest(t *testing.T) {
 	for _, stop := range []bool{false, true} {
 		t.Run(fmt.Sprint("stop=", stop), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -28,7 +28,7 @@ func waitOrTimeout(ch <-chan struct{}, d time.Duration) bool {
 // AttackResizeDownGoexit: two busy workers, Resize(1), both tasks call
 // runtime.Goexit. Promise: busy surplus workers exit as their task ends;
 // workers drain down to the maximum, and the pool keeps working.
-func TestAttackResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
+func TestResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 		release := make(chan struct{})
@@ -65,7 +65,7 @@ func TestAttackResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
 // Same as above, but the tasks panic and the panic handler calls
 // runtime.Goexit (as t.Fatal would), which the docs allow: "The pool keeps
 // its full capacity either way, even if h calls runtime.Goexit".
-func TestAttackResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
+func TestResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1),
 			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
@@ -95,7 +95,7 @@ func TestAttackResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
 
 // With the default idle timeout the stall ends when the reaper quits the
 // idle surplus worker: measure how long a task waits.
-func TestAttackResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
+func TestResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2)
 		defer p.StopWait()
@@ -120,7 +120,7 @@ func TestAttackResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
 // AttackResizeDownRace: the busy tasks end just as the pool applies
 // Resize(1) (they spin until Size() says 1). Promise: busy surplus workers
 // exit as their task ends, "also when nothing else happens afterwards".
-func TestAttackResizeDownRacingTaskEnds(t *testing.T) {
+func TestResizeDownRacingTaskEnds(t *testing.T) {
 	rounds := 200
 	bad := 0
 	for r := range rounds {
@@ -175,7 +175,7 @@ func TestAttackResizeDownRacingTaskEnds(t *testing.T) {
 // keeps its full capacity either way". Promise: Stop returns, every state is
 // closed exactly once, and every goroutine the pool started has exited.
 // Real clock: Stop never returns here, so no bubble could end.
-func TestAttackLocalClosePanicHandlerGoexitOnStop(t *testing.T) {
+func TestLocalClosePanicHandlerGoexitOnStop(t *testing.T) {
 	var closes atomic.Int32
 	const giveUpAfter = 1000 // close stops panicking after this many calls, to end the loop
 	local := workerpool.NewLocal(func() (int, error) { return 1, nil }, func(int) {
@@ -204,7 +204,7 @@ func TestAttackLocalClosePanicHandlerGoexitOnStop(t *testing.T) {
 // Same on a worker reaped when idle (close panics, handler calls Goexit).
 // Promise: the reaped worker is gone and its state closed once; states are
 // handed only to tasks of live workers; 0 <= Busy <= Workers; Stop returns.
-func TestAttackLocalClosePanicHandlerGoexitOnReap(t *testing.T) {
+func TestLocalClosePanicHandlerGoexitOnReap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var closes, opens atomic.Int32
 		closed := map[int]bool{}
@@ -605,18 +605,18 @@ func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTask
 
 var allKinds = []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hCallWith, hLocalSubmit, hGo, hGroupGo, hMap}
 
-func TestAttackStopHammer(t *testing.T) {
+func TestStopHammer(t *testing.T) {
 	stopHammer(t, 6, 24, 6000, allKinds)
 }
 
 // Only the submissions that do not wait, at full speed: the window between
 // a submitter's check of the pool and its send.
-func TestAttackStopHammerFast(t *testing.T) {
+func TestStopHammerFast(t *testing.T) {
 	stopHammer(t, 10, 64, 20000, []hammerKind{hSubmit, hSubmit, hSubmit, hSubmitCtx, hTrySubmit, hSubmitKey})
 }
 
 // The same on a bounded queue, under each overflow policy.
-func TestAttackStopHammerBounded(t *testing.T) {
+func TestStopHammerBounded(t *testing.T) {
 	for _, o := range []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns} {
 		t.Run(o.String(), func(t *testing.T) {
 			stopHammer(t, 4, 24, 4000, []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hGo}, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(o))
@@ -672,7 +672,7 @@ func stopHammer(t *testing.T, rounds, submitters, maxTasks int, kinds []hammerKi
 // returned. Guarantee 2: "Every accepted task runs exactly once, or is
 // handed back by Stop, or is reported to its waiting caller as not run.
 // Nothing is lost silently."
-func TestAttackStopDropsALocalSubmitTaskSilently(t *testing.T) {
+func TestStopDropsALocalSubmitTaskSilently(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var handled atomic.Int32
 		p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { handled.Add(1) }))
@@ -706,7 +706,7 @@ func TestAttackStopDropsALocalSubmitTaskSilently(t *testing.T) {
 // the tasks handed out before it have finished (none is running), and an
 // idle worker is reaped within two idle timeouts. (synctest.Test fails the
 // outer test at the first failing bubble, so rounds report by value.)
-func TestAttackCallGivenUpAsAWorkerTakesIt(t *testing.T) {
+func TestCallGivenUpAsAWorkerTakesIt(t *testing.T) {
 	rounds := 300
 	pauseStuck, notReaped, skippedSeen := 0, 0, 0
 	var first []string
@@ -770,7 +770,7 @@ func TestAttackCallGivenUpAsAWorkerTakesIt(t *testing.T) {
 // Groups cancelled), Resize up and down, Pause, reaping on a 1ms idle
 // timeout, a bounded queue under Reject. Every snapshot must be in range and
 // no counter may fall; at rest after StopWait the counters balance.
-func TestAttackStatusRangeUnderChurn(t *testing.T) {
+func TestStatusRangeUnderChurn(t *testing.T) {
 	const bound = 16
 	p := workerpool.New(4, workerpool.WithIdleTimeout(time.Millisecond), workerpool.WithMaxWaiting(bound),
 		workerpool.WithOverflow(workerpool.Reject), workerpool.WithMinWorkers(1),
@@ -1026,7 +1026,7 @@ func (s *stateTracker) live() int {
 // at a time per state; never used after close; never closed under a task;
 // at rest, live states <= workers, and after reaping they follow the
 // workers down; every state closed exactly once when the stop returns.
-func TestAttackLocalChurn(t *testing.T) {
+func TestLocalChurn(t *testing.T) {
 	var results []string
 	for _, stop := range []string{"Stop", "StopWait", "ShutdownDeadline", "ShutdownDone"} {
 		for round := range 10 {
@@ -1123,7 +1123,7 @@ func TestAttackLocalChurn(t *testing.T) {
 
 // Stop, and Resize down, while a worker is inside open: the state is made,
 // handed to its task, and closed exactly once when the worker exits.
-func TestAttackLocalStopAndResizeWhileOpenRuns(t *testing.T) {
+func TestLocalStopAndResizeWhileOpenRuns(t *testing.T) {
 	for _, what := range []string{"Stop", "StopWait", "ShutdownDone", "Resize"} {
 		t.Run(what, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -1192,7 +1192,7 @@ func TestAttackLocalStopAndResizeWhileOpenRuns(t *testing.T) {
 // promises: "If the worker has none and open fails, fn does not run and
 // CallWith returns open's error"; Goexit is not an error, so what does it
 // return? The pool must go on with full capacity.
-func TestAttackLocalOpenGoexit(t *testing.T) {
+func TestLocalOpenGoexit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int32
 		local := workerpool.NewLocal(func() (int, error) {
@@ -1218,7 +1218,7 @@ func TestAttackLocalOpenGoexit(t *testing.T) {
 
 // A task of pool A uses CallWith on pool B with the same Local: each pool's
 // workers have their own states; both are closed when each pool stops.
-func TestAttackLocalCallWithFromAnotherPoolsTask(t *testing.T) {
+func TestLocalCallWithFromAnotherPoolsTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStateTracker()
 		local := st.local()
@@ -1281,7 +1281,7 @@ func timingOf(ds []time.Duration) workerpool.Timing {
 // Call, a Future, a Map, a panic, a Goexit, a SubmitWait: each task's Wait
 // and Run as the observer and Status give them must be exactly what the
 // task saw on the fake clock.
-func TestAttackTimingsAreExactForEveryKindOfTask(t *testing.T) {
+func TestTimingsAreExactForEveryKindOfTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var observed []workerpool.TaskTiming
@@ -1452,7 +1452,7 @@ func TestAttackTimingsAreExactForEveryKindOfTask(t *testing.T) {
 // tells the workers to retire, and a worker that finishes meanwhile parks.
 // Promise: surplus workers drain away as their tasks end, and every task
 // queued runs (no reaping here to rescue it).
-func TestAttackResizeDownUnderAFlood(t *testing.T) {
+func TestResizeDownUnderAFlood(t *testing.T) {
 	rounds, bad := 100, 0
 	for r := range rounds {
 		func() {
@@ -1516,7 +1516,7 @@ func TestAttackResizeDownUnderAFlood(t *testing.T) {
 // worker finishing at that instant would otherwise take". The dispatcher's
 // select may take the Resize before it looks at the deadline; Resize then
 // fills workers from the queue.
-func TestAttackShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
+func TestShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
 	for _, how := range []string{"Pool.Resize", "Subpool.Resize"} {
 		t.Run(how, func(t *testing.T) {
 			rounds, bad := 200, 0
@@ -1571,7 +1571,7 @@ func TestAttackShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
 // task (a waiter internally), whose worker is stamped idle before the
 // handler runs, so the reaper counts it idle and quits the parked worker
 // instead, after 0.2s of idleness.
-func TestAttackSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
+func TestSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
 	for _, kind := range []string{"Submit", "Local.Submit"} {
 		t.Run(kind, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -1600,7 +1600,7 @@ func TestAttackSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) 
 // before it began is skipped ("they never run, and Group.Skipped counts
 // them"); Status then counts it in Completed, not Canceled, and the
 // observer reports a run for it. Measures how often that happens.
-func TestAttackSkippedGroupTaskIsTimedAndCompleted(t *testing.T) {
+func TestSkippedGroupTaskIsTimedAndCompleted(t *testing.T) {
 	rounds := 500
 	skippedButCompleted, skippedButObserved, skippedTotal := 0, 0, 0
 	for range rounds {
@@ -1637,7 +1637,7 @@ func TestAttackSkippedGroupTaskIsTimedAndCompleted(t *testing.T) {
 // Tasks that call Goexit, and panics whose handler calls Goexit, racing
 // every kind of stop: each stop returns, leaves no pool goroutine, and
 // Status says Stopped with no worker.
-func TestAttackStopRacingGoexitTasks(t *testing.T) {
+func TestStopRacingGoexitTasks(t *testing.T) {
 	for mode := range stopModes {
 		for r := range 4 {
 			before := poolGoroutineIDs()
@@ -1690,7 +1690,7 @@ func TestAttackStopRacingGoexitTasks(t *testing.T) {
 // sub-pool, after every step of a random mix that FuzzPool does not make:
 // Local.Submit and CallWith (open failing or panicking), Calls and Groups
 // whose ctx ends while they wait or run, Maps, Futures, Pause, Resize.
-func TestAttackStatusBalancesAtRestWithCallsGroupsAndLocals(t *testing.T) {
+func TestStatusBalancesAtRestWithCallsGroupsAndLocals(t *testing.T) {
 	var results []string
 	var results0 string
 	for seed := range 40 {
@@ -1821,7 +1821,7 @@ func rng2(step int) int { return step*7 + 3 }
 // Sub-pool keyed tasks, a Subpool.Resize that takes the hand-off buffer
 // back, a Call given up while it waits (never runs: never timed), a task cut
 // by Stop (never timed): the timings count exactly the tasks that ran.
-func TestAttackTimingsSubpoolKeysResizeAndCancel(t *testing.T) {
+func TestTimingsSubpoolKeysResizeAndCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var observed []workerpool.TaskTiming

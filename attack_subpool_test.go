@@ -28,7 +28,7 @@ func fmtStatus(s workerpool.Status) string {
 // A1. Subpool.Group: "as Pool.Group does for the pool". Group.Skipped's doc:
 // once the group's context is done, its queued tasks leave the queue at
 // once, whether or not Wait has been called, and Canceled counts them.
-func TestAttackSubpoolGroupTasksLeaveTheQueueBeforeWait(t *testing.T) {
+func TestSubpoolGroupTasksLeaveTheQueueBeforeWait(t *testing.T) {
 	for _, onSub := range []bool{false, true} {
 		t.Run(fmt.Sprintf("subpool=%v", onSub), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestAttackSubpoolGroupTasksLeaveTheQueueBeforeWait(t *testing.T) {
 // Afterwards, with nothing running, Pause must return at once ("returns
 // once every task handed out before it has finished"), and the pool must
 // balance at rest.
-func TestAttackCallsCanceledAtHandOffThenPause(t *testing.T) {
+func TestCallsCanceledAtHandOffThenPause(t *testing.T) {
 	for round := range 20 {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 		var running atomic.Int64
@@ -149,7 +149,7 @@ func (c *lateCtx) Err() error {
 
 // A2b. The same, deterministic: one Call whose ctx ends as it is handed
 // to a parked worker, on one P, in a bubble. Then Pause on the idle pool.
-func TestAttackCallSkippedByItsWorkerThenPauseHangs(t *testing.T) {
+func TestCallSkippedByItsWorkerThenPauseHangs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1, workerpool.WithMinWorkers(1))
@@ -172,7 +172,7 @@ func TestAttackCallSkippedByItsWorkerThenPauseHangs(t *testing.T) {
 
 // A2c. Side effect of the same skip on reaping (promise 8): a worker idle
 // for the idle timeout exits within two timeouts.
-func TestAttackCallSkippedByItsWorkerThenNoReaping(t *testing.T) {
+func TestCallSkippedByItsWorkerThenNoReaping(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, withCall := range []bool{false, true} {
 		t.Run(fmt.Sprintf("call=%v", withCall), func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestAttackCallSkippedByItsWorkerThenNoReaping(t *testing.T) {
 // the sub-pool (or the pool) is stopped. Nothing may be counted twice: at
 // rest Submitted == Completed + Abandoned + Canceled + Waiting + Busy, for
 // the pool and the sub-pool.
-func TestAttackCallsGivingUpRaceStops(t *testing.T) {
+func TestCallsGivingUpRaceStops(t *testing.T) {
 	for _, which := range []string{"sub.Stop", "pool.Stop", "pool.Shutdown"} {
 		t.Run(which, func(t *testing.T) {
 			bad := 0
@@ -266,7 +266,7 @@ func TestAttackCallsGivingUpRaceStops(t *testing.T) {
 // A4. Group.Go (pool or sub-pool) racing the group's ctx ending, on a
 // paused pool: once the ctx is done every queued task leaves the queue at
 // once (Waiting 0), and at rest the pool balances.
-func TestAttackGroupGoRacingItsCtxOnAPausedPool(t *testing.T) {
+func TestGroupGoRacingItsCtxOnAPausedPool(t *testing.T) {
 	for _, onSub := range []bool{false, true} {
 		t.Run(fmt.Sprintf("subpool=%v", onSub), func(t *testing.T) {
 			bad, stayed := 0, 0
@@ -330,7 +330,7 @@ func TestAttackGroupGoRacingItsCtxOnAPausedPool(t *testing.T) {
 // A4b. Deterministic: a Group.Go waiting for room in a full bounded queue
 // (Block) when the group's ctx ends. The task was never accepted, so it
 // must not be counted in Canceled ("accepted tasks that never started").
-func TestAttackGroupGoBlockedForRoomIsNotCanceled(t *testing.T) {
+func TestGroupGoBlockedForRoomIsNotCanceled(t *testing.T) {
 	// On one P the group's AfterFunc runs before the woken Go goroutine.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
@@ -385,7 +385,7 @@ func (w *limitWatch) leave() { w.now.Add(-1) }
 // stopped: no sub-pool ever runs more than its limit, the workers never
 // more than the maximum, a stopped sub-pool's Stop returns with none of its
 // tasks running, later submissions get ErrStopped, and all balances.
-func TestAttackSubpoolLimitsUnderEveryPathAndPolicy(t *testing.T) {
+func TestSubpoolLimitsUnderEveryPathAndPolicy(t *testing.T) {
 	for _, ov := range []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns} {
 		for _, giveUps := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/giveups=%v", ov, giveUps), func(t *testing.T) {
@@ -549,7 +549,7 @@ func attackLimitsRound(t *testing.T, ov workerpool.Overflow, round int, giveUps 
 // with running and waiting tasks, while the pool's Stop, StopWait or
 // Shutdown runs and another sub-pool's task runs on: Subpool.Stop or
 // StopWait returns once its own tasks have ended, whatever the rest does.
-func TestAttackBusySubpoolStoppedFromATaskWhileThePoolStops(t *testing.T) {
+func TestBusySubpoolStoppedFromATaskWhileThePoolStops(t *testing.T) {
 	for _, poolStop := range []string{"StopWait", "Stop", "Shutdown", "none"} {
 		for _, subStop := range []string{"Stop", "StopWait"} {
 			for _, from := range []string{"pool", "otherSub"} {
@@ -641,7 +641,7 @@ func TestAttackBusySubpoolStoppedFromATaskWhileThePoolStops(t *testing.T) {
 // Stop and a Resize race: nothing is lost (every accepted task ran or was
 // returned by exactly one Stop), the sub-pool's Stop returns, and its
 // limit holds.
-func TestAttackBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
+func TestBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
 	bad := 0
 	const rounds = 300
 	for round := range rounds {
@@ -721,7 +721,7 @@ func TestAttackBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
 // a sub-pool's Stop and the pool's Stop. Per Call: fn runs at most once;
 // a nil error means fn ran and returned; ErrStopped means fn never ran; a
 // panic comes back as *PanicError. A sub-pool's limit holds throughout.
-func TestAttackThousandsOfCallsRacingControl(t *testing.T) {
+func TestThousandsOfCallsRacingControl(t *testing.T) {
 	for round := range 8 {
 		const maxW = 4
 		p := workerpool.New(maxW, workerpool.WithMaxWaiting(16))
@@ -853,7 +853,7 @@ func TestAttackThousandsOfCallsRacingControl(t *testing.T) {
 // limit, a paused pool, a stopping pool (StopWait). Each leaves the queue
 // at once: Waiting drops (pool and sub-pool), Canceled counts it, a
 // bounded queue has room again, and it never runs.
-func TestAttackGiveUpFromEveryPlace(t *testing.T) {
+func TestGiveUpFromEveryPlace(t *testing.T) {
 	places := []string{"buffer", "lane", "subAtLimit", "paused", "pausedSub", "stopWaiting"}
 	kinds := []string{"Call", "Group", "Map"}
 	for _, place := range places {
@@ -975,7 +975,7 @@ func TestAttackGiveUpFromEveryPlace(t *testing.T) {
 // returns ctx.Err() at once, the worker stays Busy (pool and sub-pool) and
 // the sub-pool's place stays taken until fn returns: the next task of the
 // sub-pool does not start beside it.
-func TestAttackCallCutWhileRunningKeepsItsSubpoolPlace(t *testing.T) {
+func TestCallCutWhileRunningKeepsItsSubpoolPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(4)
 		defer p.Stop()
@@ -1027,7 +1027,7 @@ func TestAttackCallCutWhileRunningKeepsItsSubpoolPlace(t *testing.T) {
 // A11. Resize down at the instant workers finish their tasks, with no
 // reaping: "lowering it makes idle workers above n exit at once and busy
 // ones as their task ends". Then a task submitted must run.
-func TestAttackResizeDownAsWorkersFinish(t *testing.T) {
+func TestResizeDownAsWorkersFinish(t *testing.T) {
 	stuck := 0
 	const rounds = 300
 	for round := range rounds {
@@ -1067,7 +1067,7 @@ func TestAttackResizeDownAsWorkersFinish(t *testing.T) {
 // A11b. Deterministic: busy workers made surplus by Resize, whose tasks
 // call runtime.Goexit ("costs no capacity"), must still retire as their
 // task ends; then the next task must run.
-func TestAttackResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
+func TestResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
 	for _, exit := range []string{"return", "panic", "Goexit", "handlerGoexit"} {
 		t.Run(exit, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -1109,7 +1109,7 @@ func TestAttackResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
 }
 
 // A11c. The same with reaping on: how long the task waits.
-func TestAttackResizeDownThenGoexitWithReaping(t *testing.T) {
+func TestResizeDownThenGoexitWithReaping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(3, workerpool.WithIdleTimeout(time.Second))
 		defer p.Stop()
@@ -1135,7 +1135,7 @@ func TestAttackResizeDownThenGoexitWithReaping(t *testing.T) {
 // another sub-pool's task: Stop drops what is left (returning it, in
 // acceptance order, keyed or not), StopWait returns too, both once the
 // sub-pool's running task has ended, while the pool stays paused.
-func TestAttackSubpoolStopEscalatesStopWaitOnAPausedPool(t *testing.T) {
+func TestSubpoolStopEscalatesStopWaitOnAPausedPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(4)
 		defer p.Stop()
@@ -1213,7 +1213,7 @@ func TestAttackSubpoolStopEscalatesStopWaitOnAPausedPool(t *testing.T) {
 // A13. A Call from inside a task, on the same pool or sub-pool, all of
 // whose places are taken by the caller, with a deadline: it gives up at
 // the deadline, its fn never runs, and its task leaves the queue.
-func TestAttackCallFromInsideATaskWithADeadline(t *testing.T) {
+func TestCallFromInsideATaskWithADeadline(t *testing.T) {
 	for _, onSub := range []bool{false, true} {
 		t.Run(fmt.Sprintf("subpool=%v", onSub), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

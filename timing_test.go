@@ -1,6 +1,7 @@
 package workerpool_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -97,4 +98,21 @@ func TestTheObserverGetsEveryTasksTimingBeforeItsWaiter(t *testing.T) {
 		assert.Nil(t, seen[1].Subpool)
 		assert.Equal(t, uint64(2), p.Status().Run.Count, "the observer implies timings")
 	})
+}
+
+func ExampleWithTaskTimings() {
+	p := workerpool.New(2, workerpool.WithTaskTimings())
+	for range 10 {
+		p.Submit(func() { time.Sleep(time.Millisecond) })
+	}
+	p.StopWait()
+
+	// Status sums up how long tasks waited and ran: a count, a total, a
+	// maximum, and buckets for a histogram (see TimingBounds).
+	s := p.Status()
+	fmt.Println("timed:", s.Wait.Count, "waits,", s.Run.Count, "runs")
+	fmt.Println("ran 1ms or more each:", s.Run.Total >= 10*time.Millisecond)
+	// Output:
+	// timed: 10 waits, 10 runs
+	// ran 1ms or more each: true
 }
