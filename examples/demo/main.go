@@ -28,24 +28,55 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// A phase is one stretch of the load schedule: for frac of -duration,
-// requests arrive at rate per second.
+// A phase is one stretch of the load schedule: for length, requests arrive
+// at rate per second.
 type phase struct {
-	name string
-	frac float64
-	rate float64
+	name   string
+	length time.Duration
+	rate   float64
+	lull   bool // workers fall to -min before it ends
 }
 
-// schedule is the load. A request takes about 75 ms on average, so 32
-// workers serve about 430 a second: the bursts overload the pool and fill its
-// queue, and the lulls outlast the drain plus the one to two idle timeouts a
-// worker waits before it is reaped (the default idle timeout is -duration/10).
-var schedule = []phase{
-	{"warm-up", 0.08, 20},
-	{"burst", 0.17, 700},
-	{"lull", 0.30, 5},
-	{"burst 2", 0.12, 700},
-	{"quiet", 0.33, 0},
+// meanRequest is about how long a request takes (see request), and
+// longestRequest the most.
+const (
+	meanRequest    = 75 * time.Millisecond
+	longestRequest = 800 * time.Millisecond
+)
+
+// plan returns the load schedule. Bursts of 700 requests a second take
+// fractions of total: 32 workers serve about 430 a second, so they overload
+// the pool and fill its queue. Each lull lasts as long as reaping needs:
+// the backlog's drain (what the longer burst left queued, at most queue if
+// the queue is bounded, at the pool's pace, then the longest request), then
+// the one to two idle timeouts a worker waits before it exits, then half a
+// timeout of margin for a busy machine, then a tenth of total at -min, to
+// be seen. In the first lull a trickle of requests
+// arrives, too few to keep more than min workers: each one keeps at most
+// the worker it goes to, for up to two timeouts. With idle < 0 workers are
+// never reaped, and the lulls take fractions of total too.
+func plan(total, idle time.Duration, maxWorkers, minWorkers, queue int) []phase {
+	const burstRate = 700
+	burst := scale(total, 0.17)
+	lull := scale(total, 0.3)
+	trickle := 5.0
+	if idle > 0 {
+		pace := float64(maxWorkers) / meanRequest.Seconds() // requests served a second
+		backlog := max(0, burst.Seconds()*(burstRate-pace))
+		if queue > 0 {
+			backlog = min(backlog, float64(queue))
+		}
+		drain := time.Duration(backlog/pace*float64(time.Second)) + longestRequest
+		lull = (drain + 2*idle + idle/2 + scale(total, 0.1)).Round(time.Millisecond)
+		trickle = float64(minWorkers) / (3 * idle.Seconds())
+	}
+	return []phase{
+		{name: "warm-up", length: scale(total, 0.08), rate: 20},
+		{name: "burst", length: burst, rate: burstRate},
+		{name: "lull", length: lull, rate: trickle, lull: idle > 0},
+		{name: "burst 2", length: scale(total, 0.12), rate: burstRate},
+		{name: "quiet", length: lull, rate: 0, lull: idle > 0},
+	}
 }
 
 // overflows maps the -overflow names to the policies.
@@ -61,7 +92,7 @@ func run() int {
 	idle := flag.Duration("idle", 0, "how long a worker above -min may idle before it exits; 0 means -duration/10, negative never reaps")
 	queue := flag.Int("queue", 256, "bound on the waiting queue; 0 means unbounded")
 	overflowName := flag.String("overflow", "reject", "what a submission to a full queue does: block, reject or caller-runs")
-	duration := flag.Duration("duration", 10*time.Second, "length of the load schedule")
+	duration := flag.Duration("duration", 10*time.Second, "scale of the load schedule: the bursts take fractions of it; each lull lasts as long as reaping down to -min needs, plus a tenth of it")
 	grace := flag.Duration("grace", 500*time.Millisecond, "on Ctrl-C, how long queued requests may still run before they are abandoned")
 	seed := flag.Uint64("seed", 1, "seed for the random request durations")
 	timings := flag.Bool("timings", true, "time the requests' waits and runs, for the summary")
@@ -114,9 +145,10 @@ func run() int {
 		bound = fmt.Sprintf("%d, then %v", *queue, overflow)
 	}
 	fmt.Printf("pool: max %d, min %d, idle timeout %v, queue %s\n", *maxWorkers, *minWorkers, *idle, bound)
+	schedule := plan(*duration, *idle, *maxWorkers, *minWorkers, *queue)
 	sep := "load: "
 	for _, ph := range schedule {
-		fmt.Printf("%s%s %v", sep, ph.name, scale(*duration, ph.frac))
+		fmt.Printf("%s%s %v", sep, ph.name, ph.length)
 		sep = ", "
 	}
 	fmt.Print("\n\n")
@@ -134,7 +166,7 @@ func run() int {
 	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0 // redraw in place only on a terminal
 	monitors.Go(func() { monitor(p, start, &current, tty, stopMonitor) })
 
-	offered := generate(ctx, p, start, *duration, rand.New(rand.NewPCG(*seed, *seed)), &current)
+	offered := generate(ctx, p, schedule, start, rand.New(rand.NewPCG(*seed, *seed)), &current, nil)
 	interrupted := ctx.Err() != nil
 	stopSignals() // from here on a second Ctrl-C kills the program at once
 
@@ -211,9 +243,10 @@ func short(d time.Duration) time.Duration {
 	return d
 }
 
-// generate submits requests as the schedule says until it ends or ctx is
-// done, and returns how many it offered. Each 10 ms tick it submits the
-// requests that arrived in that tick.
+// generate submits requests as schedule says until it ends or ctx is done,
+// and returns how many it offered. Each 10 ms tick it submits the requests
+// that arrived in that tick. ended, if not nil, is called as each phase
+// ends, before the next begins.
 //
 // It submits with SubmitCtx, so the -overflow policy decides what a full
 // queue does. With reject (the default) the request is refused at once and
@@ -222,11 +255,11 @@ func short(d time.Duration) time.Duration {
 // caller-runs it runs the request itself; either way arrivals slow to what
 // the pool can take (the ticker drops the ticks the generator misses). The
 // ctx lets Ctrl-C free a generator that is waiting for room.
-func generate(ctx context.Context, p *workerpool.Pool, start time.Time, total time.Duration, rng *rand.Rand, current *atomic.Value) (offered int) {
+func generate(ctx context.Context, p *workerpool.Pool, schedule []phase, start time.Time, rng *rand.Rand, current *atomic.Value, ended func(phase)) (offered int) {
 	const tick = 10 * time.Millisecond
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
-	i, end := 0, scale(total, schedule[0].frac)
+	i, end := 0, schedule[0].length
 	due := 0.0 // arrivals owed, carried across ticks so low rates work
 	for {
 		select {
@@ -235,10 +268,13 @@ func generate(ctx context.Context, p *workerpool.Pool, start time.Time, total ti
 		case <-ticker.C:
 		}
 		for time.Since(start) >= end {
+			if ended != nil {
+				ended(schedule[i])
+			}
 			if i++; i == len(schedule) {
 				return offered
 			}
-			end += scale(total, schedule[i].frac)
+			end += schedule[i].length
 			current.Store(schedule[i].name)
 		}
 		for due += schedule[i].rate * tick.Seconds(); due >= 1; due-- {
