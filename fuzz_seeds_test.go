@@ -160,11 +160,11 @@ var fuzzSeeds = [][]byte{
 	// go by.
 	fuzzSeedV2(1, 0, workerpool.Block, 1, 2, 1, 1,
 		v2Key(0, 0, 0), v2Key(0, 0, 1), v2Key(0, 1, 0), v2Submit(0, kindQuick), v2Key(0, 0, 2), v2Burst(3, 3),
-		v2Key(1, 0, 0), v2Key(1, 0, 0), v2Key(2, 1, 1), v2Release(), v2Release(), fop(opAdvance, 2), v2Release()),
+		v2Key(1, 0, 0), v2Key(1, 0, 0), v2Key(2, 1, 1), v2Release(), v2Release(), fop(opV2Advance, 2), v2Release()),
 	// A pause takes back the task handed out ahead, which keeps its turn.
 	fuzzSeedV2(1, 0, workerpool.Block, 0, 1, 2, 1,
 		v2Submit(1, kindBlock), v2Submit(1, kindQuick), v2Submit(2, kindQuick), v2Key(0, 1, 0),
-		fop(opPause, 0), v2Release(), fop(opPause, 0), fop(opResume, 0), v2Submit(0, kindQuick), fop(opResume, 0),
+		fop(opV2Pause, 0), v2Release(), fop(opV2Pause, 0), fop(opV2Resume, 0), v2Submit(0, kindQuick), fop(opV2Resume, 0),
 		v2Release(), v2Release()),
 	// A sub-pool's Stop drops its queue, and its StopWait runs it; the pool
 	// and the other sub-pool go on.
@@ -174,19 +174,19 @@ var fuzzSeeds = [][]byte{
 	// Sleeping tasks end on the clock, one after another.
 	fuzzSeedV2(1, 0, workerpool.Block, 1, 1, 1, 1,
 		v2Submit(1, kindSleep), v2Submit(2, kindSleep), v2Submit(0, kindSleep), v2Key(0, 0, 2), v2Submit(1, kindSleep),
-		fop(opAdvance, 1), fop(opAdvance, 2), fop(opAdvance, 4)),
+		fop(opV2Advance, 1), fop(opV2Advance, 2), fop(opV2Advance, 4)),
 	// Panics and Goexits in sub-pool and keyed tasks.
 	fuzzSeedV2(1, 0, workerpool.Block, 2, 1, 1, 1,
 		v2Submit(1, kindPanic), v2Wait(1, kindPanic), v2Submit(2, kindGoexit), v2Wait(2, kindGoexit), v2Key(1, 0, 1),
-		v2Key(1, 0, 1), fop(opReleaseAll, 0), fop(opReleaseAll, 0), fop(opReleaseAll, 0), fop(opReleaseAll, 0)),
+		v2Key(1, 0, 1), v2ReleaseAll(), v2ReleaseAll(), v2ReleaseAll(), v2ReleaseAll()),
 	// More workers, a bound and CallerRuns: the limits and keys hold.
 	fuzzSeedV2(3, 2, workerpool.CallerRuns, 0, 1, 1, 2,
-		v2Burst(1, 4), v2Burst(2, 4), v2Burst(3, 4), v2Key(1, 0, 0), v2Wait(2, kindQuick), fop(opReleaseAll, 0),
-		fop(opReleaseAll, 0), v2Stop(2), fop(opReleaseAll, 0)),
+		v2Burst(1, 4), v2Burst(2, 4), v2Burst(3, 4), v2Key(1, 0, 0), v2Wait(2, kindQuick), v2ReleaseAll(),
+		v2ReleaseAll(), v2Stop(2), v2ReleaseAll()),
 	// A bounded queue that rejects, with sub-pools and keys.
 	fuzzSeedV2(2, 3, workerpool.Reject, 0, 0, 2, 1,
-		v2Burst(1, 4), v2Burst(3, 4), v2Key(2, 0, 0), v2Wait(0, kindQuick), fop(opReleaseAll, 0),
-		v2StopWait(1), fop(opReleaseAll, 0)),
+		v2Burst(1, 4), v2Burst(3, 4), v2Key(2, 0, 0), v2Wait(0, kindQuick), v2ReleaseAll(),
+		v2StopWait(1), v2ReleaseAll()),
 }
 
 // fuzzSeedV2 encodes a v2 configuration, with sub-pool limits la and lb (see
@@ -201,14 +201,15 @@ func fuzzSeedV2(max, bound int, overflow workerpool.Overflow, idle, final, la, l
 // The encodings of v2 operations (see fuzzModel.stepV2); target 0 is the
 // pool, 1 and 2 the sub-pools; key is an index in fuzzKeys, and keyKind 0,
 // 1 or 2 a quick, panicking or sleeping task.
-func v2Submit(target int, kind taskKind) byte { return fop(opSubmit, target*5+int(kind)) }
-func v2Wait(target int, kind taskKind) byte   { return fop(opSubmitWait, target*5+int(kind)) }
-func v2Key(target, key, keyKind int) byte     { return fop(opTrySubmit, target+3*key+6*keyKind) }
-func v2Burst(target, n int) byte              { return fop(opBurst, target*4+n-1) } // target 3: keyed, on the pool
-func v2Release() byte                         { return fop(opRelease, 0) }
-func v2Resize(sub, n int) byte                { return fop(opResize, sub-1+2*(n-1)) }
-func v2Stop(sub int) byte                     { return fop(opStop, sub) }
-func v2StopWait(sub int) byte                 { return fop(opStopWait, sub) }
+func v2Submit(target int, kind taskKind) byte { return fop(opV2Submit, target*5+int(kind)) }
+func v2Wait(target int, kind taskKind) byte   { return fop(opV2SubmitWait, target*5+int(kind)) }
+func v2Key(target, key, keyKind int) byte     { return fop(opV2SubmitKey, target+3*key+6*keyKind) }
+func v2Burst(target, n int) byte              { return fop(opV2Burst, target*4+n-1) } // target 3: keyed, on the pool
+func v2Release() byte                         { return fop(opV2Release, 0) }
+func v2ReleaseAll() byte                      { return fop(opV2ReleaseAll, 0) }
+func v2Resize(sub, n int) byte                { return fop(opV2ResizeSub, sub-1+2*(n-1)) }
+func v2Stop(sub int) byte                     { return fop(opV2Stop, sub) }
+func v2StopWait(sub int) byte                 { return fop(opV2StopWait, sub) }
 
 // fuzzSeed encodes a configuration (idle indexes fuzzIdle, final is as in
 // fuzzConfig) and operations as FuzzPool input.

@@ -25,34 +25,44 @@ func (m *fuzzModel) startV2() {
 	}
 }
 
-// stepV2 carries out the operations that v2 inputs read differently, and
-// reports whether code was one. Targets are 0 (the pool), 1 (A) and 2 (B).
-//
-//   - opSubmit, opSubmitWait: a task of kind arg%5 to target arg/5%3;
-//   - opTrySubmit: SubmitKey with key fuzzKeys[arg/3%2] to target arg%3, a
-//     task of kind quick, panic or sleep by arg/6%3;
-//   - opSubmitCtxDone: to target arg%3;
-//   - opSubmitCtx: a task of kind arg/3%5 to target arg%3, with a context
-//     that expires after 1+arg/8 s;
-//   - opBurst: 1+arg%4 quick tasks to target arg/4, or, for 3, to the pool
-//     with key fuzzKeys[0];
-//   - opRelease, opReleaseAll: release one or every running task: a v2 task
-//     ends only when released (or, sleeping, when the clock moves on);
-//   - opResize: Resize sub-pool 1+arg%2 to the limit 1+arg/2%3;
-//   - opStop, opStopWait: with arg%4 1 or 2, that sub-pool's.
+// The operations of a v2 input, which has sub-pools and keys: one byte
+// each, as for v1 inputs, but an instruction set of its own. Targets are 0
+// (the pool), 1 (A) and 2 (B). stepV2 carries out those marked v2; the
+// others mean what the v1 operation of the same value does (step).
+const (
+	opV2Submit        = iota // v2: a task of kind arg%5 to target arg/5%3
+	opV2SubmitWait           // v2: the same, by SubmitWait
+	opV2SubmitKey            // v2: SubmitKey with key fuzzKeys[arg/3%2] to target arg%3, a task of kind quick, panic or sleep by arg/6%3
+	opV2SubmitCtxDone        // v2: SubmitCtx with a cancelled context to target arg%3
+	opV2SubmitCtx            // v2: a task of kind arg/3%5 to target arg%3, with a context that expires after 1+arg/8 s
+	opV2Release              // v2: release the (arg % running)-th running task: a v2 task ends only when released (or, sleeping, when the clock moves on)
+	opV2ReleaseAll           // v2: release every running task
+	opV2Pause                // as opPause
+	opV2Resume               // as opResume
+	opV2ResizeSub            // v2: Resize sub-pool 1+arg%2 to the limit 1+arg/2%3
+	opV2Advance              // as opAdvance
+	opV2Stop                 // v2, with arg%4 1 or 2: that sub-pool's Stop; else as opStop
+	opV2StopWait             // v2, with arg%4 1 or 2: that sub-pool's StopWait; else as opStopWait
+	opV2Shutdown             // as opShutdown
+	opV2Burst                // v2: 1+arg%4 quick tasks to target arg/4, or, for 3, to the pool with key fuzzKeys[0]
+	opV2Together             // as opTogether
+)
+
+// stepV2 carries out the operations of a v2 input that v1 has not, and
+// reports whether code was one.
 func (m *fuzzModel) stepV2(code byte, arg int) bool {
 	switch code {
-	case opSubmit, opSubmitWait:
+	case opV2Submit, opV2SubmitWait:
 		method := [...]submitMethod{viaSubmit, viaSubmitWait}[code]
 		m.submitTask(&fuzzTask{method: method, kind: taskKind(arg % 5), target: arg / 5 % 3}, 0)
-	case opTrySubmit:
+	case opV2SubmitKey:
 		kind := [...]taskKind{kindQuick, kindPanic, kindSleep}[arg/6%3]
 		m.submitTask(&fuzzTask{method: viaSubmitKey, kind: kind, target: arg % 3, keyed: true, key: fuzzKeys[arg/3%2]}, 0)
-	case opSubmitCtxDone:
+	case opV2SubmitCtxDone:
 		m.submitTask(&fuzzTask{method: viaSubmitCtxDone, kind: kindQuick, target: arg % 3}, 0)
-	case opSubmitCtx:
+	case opV2SubmitCtx:
 		m.submitTask(&fuzzTask{method: viaSubmitCtx, kind: taskKind(arg / 3 % 5), target: arg % 3}, time.Duration(1+arg/8)*time.Second)
-	case opBurst:
+	case opV2Burst:
 		for range 1 + arg%4 {
 			tk := &fuzzTask{method: viaSubmit, kind: kindQuick, target: arg / 4 % 3}
 			if arg/4 == 3 {
@@ -63,11 +73,11 @@ func (m *fuzzModel) stepV2(code byte, arg int) bool {
 				m.settle()
 			}
 		}
-	case opRelease, opReleaseAll:
-		m.releaseRunning(code == opRelease, arg)
-	case opResize:
+	case opV2Release, opV2ReleaseAll:
+		m.releaseRunning(code == opV2Release, arg)
+	case opV2ResizeSub:
 		m.resizeSub(1+arg%2, 1+arg/2%3)
-	case opStop, opStopWait:
+	case opV2Stop, opV2StopWait:
 		if target := arg % 4; target == 1 || target == 2 {
 			m.stopSub(int(code), target)
 		} else {
@@ -137,7 +147,7 @@ func (m *fuzzModel) stopSub(kind, target int) {
 	s := m.subs[target-1]
 	desc, call := s.Name()+".StopWait", s.StopWait
 	free := func() bool { return m.tasksQuiet(nil) && m.pausesQuiet(nil) }
-	if kind == opStop {
+	if kind == opV2Stop {
 		m.subDropping = true
 		desc, call = s.Name()+".Stop", func() { st.tasks = s.Stop() }
 		free = func() bool { return m.tasksQuiet(nil) }
@@ -219,3 +229,21 @@ func (m *fuzzModel) checkSubsAtRest() {
 func sameQueue(a, b *fuzzTask) bool {
 	return a.target == b.target && a.keyed == b.keyed && a.key == b.key
 }
+
+// The v2 operations marked "as" are the v1 ones of the same value.
+var (
+	_ [opV2Pause - opPause]struct{}
+	_ [opPause - opV2Pause]struct{}
+	_ [opV2Resume - opResume]struct{}
+	_ [opResume - opV2Resume]struct{}
+	_ [opV2Advance - opAdvance]struct{}
+	_ [opAdvance - opV2Advance]struct{}
+	_ [opV2Stop - opStop]struct{}
+	_ [opStop - opV2Stop]struct{}
+	_ [opV2StopWait - opStopWait]struct{}
+	_ [opStopWait - opV2StopWait]struct{}
+	_ [opV2Shutdown - opShutdown]struct{}
+	_ [opShutdown - opV2Shutdown]struct{}
+	_ [opV2Together - opTogether]struct{}
+	_ [opTogether - opV2Together]struct{}
+)
