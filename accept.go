@@ -7,11 +7,11 @@ import "runtime"
 
 // accept takes a submitted task: to a worker at once if it may start and
 // nothing waits (a parked worker, a new one or the hand-off buffer), else
-// into the scheduler.
+// into the scheduler. Tasks in limbo (see requeue) wait too.
 func (d *dispatcher) accept(m message) {
 	d.submitted++
 	d.p.stats.submitted.Store(d.submitted)
-	if m.kind == taskMessage && m.sub == nil && d.sched.waiting == 0 && !d.paused && !d.cut {
+	if m.kind == taskMessage && m.sub == nil && d.sched.waiting == 0 && d.outside() == 0 && !d.paused && !d.cut {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits goes straight to a worker.
 		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
@@ -42,7 +42,7 @@ func (d *dispatcher) accept(m message) {
 		d.drop(handOff{kind: runTask, entry: e, sub: m.sub})
 		return
 	}
-	if !d.paused && d.roomForOneMore() && d.sched.startsNow(e) && d.place(e, m.sub) {
+	if !d.paused && d.outside() == 0 && d.roomForOneMore() && d.sched.startsNow(e) && d.place(e, m.sub) {
 		d.sched.start(e)
 		d.notePlaced()
 		return

@@ -105,7 +105,7 @@ func (d *dispatcher) sentOne(l *lane, alone bool) {
 	d.handed++
 	d.unplaced = 0
 	switch {
-	case alone:
+	case alone || d.bufLane == nil: // nil: nothing sent since the buffer was taken back
 		d.bufLane, d.bufMixed = l, false
 	case d.bufLane != l:
 		d.bufMixed = true

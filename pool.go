@@ -375,9 +375,12 @@ func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
 // runs the queued ones until ctx is done. Then it drops the rest, as
 // [Pool.Stop] does: no queued task starts once ctx is done, even one that a
 // worker finishing at that instant would otherwise take, and with a ctx
-// that is already done none starts at all. Either way Shutdown waits for
-// the running tasks and returns once every goroutine the pool started has
-// finished, as Stop does.
+// that is already done none starts at all. Each worker decides as it takes
+// a task, so two that take tasks at the instant ctx is done may decide
+// apart: one starts the later task, before ctx is done, and the other
+// drops the earlier one. Either way Shutdown waits for the running tasks
+// and returns once every goroutine the pool started has finished, as Stop
+// does.
 //
 // Shutdown returns nil, nil if no accepted task was dropped, however late
 // it returns. If tasks were dropped, it returns the dropped fire-and-forget
