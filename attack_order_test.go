@@ -788,7 +788,7 @@ func TestPauseAfterCallsGaveUp(t *testing.T) {
 // TestIdleWorkersAreReapedAfterCallsGaveUp: "A worker idle for the
 // idle timeout exits, between one and two timeouts after it went idle".
 func TestIdleWorkersAreReapedAfterCallsGaveUp(t *testing.T) {
-	for round := range 30 {
+	for round := range rounds(30) {
 		p := workerpool.New(4, workerpool.WithIdleTimeout(20*time.Millisecond))
 		atkSkipRound(t, p)
 		time.Sleep(150 * time.Millisecond) // 7.5 timeouts
@@ -810,7 +810,7 @@ func TestSubpoolStopCutsItsQueueBetweenAPrefixAndTheRest(t *testing.T) {
 	for _, tc := range []struct{ max, limit, spin int }{{4, 4, 0}, {4, 64, 0}, {8, 8, 2000}, {16, 16, 500}} {
 		limit := tc.limit
 		t.Run(fmt.Sprint(tc.max, "/", tc.limit, "/", tc.spin), func(t *testing.T) {
-			for round := range 40 {
+			for round := range rounds(40) {
 				p := workerpool.New(tc.max)
 				a := p.Subpool("a", limit)
 				const n = 20000
@@ -933,7 +933,7 @@ func TestASubpoolsNextTaskStartsWhenItIsUnderItsLimit(t *testing.T) {
 // TestSubpoolStopReturnsOnceItsTasksEnd: a sub-pool with no limit of
 // its own runs a stream of tiny tasks; its Stop must return once they end.
 func TestSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
-	for round := range 2000 {
+	for round := range rounds(2000) {
 		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
 		a := p.Subpool("a", 4)
 		done := make(chan struct{})

@@ -606,20 +606,20 @@ func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTask
 var allKinds = []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hCallWith, hLocalSubmit, hGo, hGroupGo, hMap}
 
 func TestStopHammer(t *testing.T) {
-	stopHammer(t, 6, 24, 6000, allKinds)
+	stopHammer(t, rounds(6), 24, 6000, allKinds)
 }
 
 // Only the submissions that do not wait, at full speed: the window between
 // a submitter's check of the pool and its send.
 func TestStopHammerFast(t *testing.T) {
-	stopHammer(t, 10, 64, 20000, []hammerKind{hSubmit, hSubmit, hSubmit, hSubmitCtx, hTrySubmit, hSubmitKey})
+	stopHammer(t, rounds(10), 64, 20000, []hammerKind{hSubmit, hSubmit, hSubmit, hSubmitCtx, hTrySubmit, hSubmitKey})
 }
 
 // The same on a bounded queue, under each overflow policy.
 func TestStopHammerBounded(t *testing.T) {
 	for _, o := range []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns} {
 		t.Run(o.String(), func(t *testing.T) {
-			stopHammer(t, 4, 24, 4000, []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hGo}, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(o))
+			stopHammer(t, rounds(4), 24, 4000, []hammerKind{hSubmit, hSubmitCtx, hTrySubmit, hSubmitWait, hSubmitKey, hCall, hGo}, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(o))
 		})
 	}
 }
@@ -904,7 +904,7 @@ func TestStatusRangeUnderChurn(t *testing.T) {
 			}
 		}
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Duration(rounds(4)) * time.Second / 4)
 	close(stop)
 	churn.Wait()
 	wg.Wait()
@@ -1639,7 +1639,7 @@ func TestSkippedGroupTaskIsTimedAndCompleted(t *testing.T) {
 // Status says Stopped with no worker.
 func TestStopRacingGoexitTasks(t *testing.T) {
 	for mode := range stopModes {
-		for r := range 4 {
+		for r := range rounds(4) {
 			before := poolGoroutineIDs()
 			p := workerpool.New(1+r%4, workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
 			stop := make(chan struct{})

@@ -134,7 +134,7 @@ func TestAStopCutsTheQueueBetweenTheTasksThatStartAndThoseItReturns(t *testing.T
 // runs once or comes back from exactly one of the stops, each sub-pool's
 // tasks in order, and the counts add up in both Status snapshots.
 func TestSubpoolStopsRacingThePoolsStopLoseNothing(t *testing.T) {
-	for round := range 50 {
+	for round := range rounds(50) {
 		p := workerpool.New(3, workerpool.WithMaxWaiting(32))
 		a := p.Subpool("a", 2)
 		const each = 5000

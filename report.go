@@ -57,11 +57,13 @@ func (d *dispatcher) collect() bool {
 	got := d.p.reports.take(d.got)
 	for _, r := range got {
 		if r.kind != endedReport {
+			// A worker received it and did not run it: it is no
+			// longer handed out, nor late.
+			d.handed--
 			d.cameBack(r.handOff)
 		}
 		if r.kind == returnedReport && !d.cut && !d.lateStopped(r.handOff) {
 			// Not started: it waits in limbo with those taken back.
-			d.handed--
 			d.limbo = append(d.limbo, r.entry)
 			continue
 		}

@@ -18,8 +18,9 @@ import (
 )
 
 // soakTime is how long each soak case hammers its pool. Four cases run, so
-// the soak takes about four times this, under -race too.
-const soakTime = time.Second
+// the soak takes about four times this; under -race, a quarter of it, as
+// the stress tests' rounds (see rounds).
+var soakTime = time.Duration(rounds(4)) * time.Second / 4
 
 // A soakTask is the record of one submission in the soak test.
 type soakTask struct {
@@ -296,4 +297,14 @@ func TestNewAndStopAThousandTimesLeavesNoGoroutine(t *testing.T) {
 		synctest.Wait() // the pools' goroutines may have their deferred returns left
 		assert.Empty(t, bubbleGoroutines(), "goroutines left by 1000 pools")
 	})
+}
+
+// rounds returns n, or a quarter of it (at least 1) under the race
+// detector: a stress test's rounds, so that one run of the package under
+// -race stays short enough for -count=20. Many counts make up the rounds.
+func rounds(n int) int {
+	if raceEnabled {
+		return max(1, n/4)
+	}
+	return n
 }

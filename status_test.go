@@ -128,7 +128,7 @@ func subpoolFlood(p *workerpool.Pool, a *workerpool.Subpool) (wait func()) {
 	for s := range 6 {
 		to := targets[s%3]
 		wg.Go(func() {
-			for i := range 20000 {
+			for i := range rounds(20000) {
 				switch i % 5 {
 				case 0:
 					_ = to.SubmitKey(fmt.Sprint(i%3), func() {})
