@@ -421,7 +421,7 @@ func TestRevokeSynctestHeldKeyNotOvertakenAcrossPause(t *testing.T) {
 // Promise 5: WithMaxWaiting bound in every snapshot while take-backs run.
 
 func TestRevokeMaxWaitingBoundUnderTakeBacks(t *testing.T) {
-	for round := range 30 {
+	for round := range rounds(30) {
 		const bound = 20
 		p := workerpool.New(1, workerpool.WithMaxWaiting(bound))
 		other := p.Subpool("other", 1)

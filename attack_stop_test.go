@@ -1453,7 +1453,7 @@ func TestTimingsAreExactForEveryKindOfTask(t *testing.T) {
 // Promise: surplus workers drain away as their tasks end, and every task
 // queued runs (no reaping here to rescue it).
 func TestResizeDownUnderAFlood(t *testing.T) {
-	rounds, bad := 100, 0
+	rounds, bad := rounds(100), 0
 	for r := range rounds {
 		func() {
 			const n = 4

@@ -1,5 +1,7 @@
 package workerpool
 
+import "slices"
+
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
@@ -12,6 +14,7 @@ package workerpool
 type cancelable interface {
 	waiter
 	giveUp() bool
+	gaveUp() bool
 	spot() *queueSpot
 }
 
@@ -55,18 +58,33 @@ func (d *dispatcher) cancel(ws []cancelable) {
 		if sub := d.subpool(at.lane); sub != nil {
 			sub.stats.canceled.Add(1)
 		}
-		if !d.sched.cancel(at.lane, at.seq) {
+		if !d.cancelAt(*at) {
 			missed = append(missed, w)
 		}
 	}
 	if len(missed) > 0 && len(d.p.work) > 0 {
 		d.requeue()
 		for _, w := range missed {
-			d.sched.cancel(w.spot().lane, w.spot().seq)
+			d.cancelAt(*w.spot())
 		}
 	}
 	d.publishWaiting()
 	d.fill()
+}
+
+// cancelAt removes the task waiting at spot from the scheduler, or from
+// limbo (see requeue), and reports whether it was in either.
+func (d *dispatcher) cancelAt(at queueSpot) bool {
+	if d.sched.cancel(at.lane, at.seq) {
+		return true
+	}
+	i := slices.IndexFunc(d.limbo, func(e entry) bool { return e.lane == at.lane && e.seq == at.seq })
+	if i < 0 {
+		return false
+	}
+	d.sched.ended(d.limbo[i]) // it was out, and never ran
+	d.limbo = slices.Delete(d.limbo, i, i+1)
+	return true
 }
 
 // noteSpot records where e, a task just accepted, waits, if its submitter

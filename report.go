@@ -63,6 +63,11 @@ func (d *dispatcher) collect() bool {
 			d.cameBack(r.handOff)
 		}
 		if r.kind == returnedReport && !d.cut && !d.lateStopped(r.handOff) {
+			if c, ok := r.w.(cancelable); ok && c.gaveUp() {
+				// Its submitter gave up on it meanwhile: it leaves.
+				d.sched.ended(r.entry)
+				continue
+			}
 			// Not started: it waits in limbo with those taken back.
 			d.limbo = append(d.limbo, r.entry)
 			continue

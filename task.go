@@ -62,6 +62,9 @@ func (c *claimState) claim() bool {
 // first, and reports whether it did.
 func (c *claimState) giveUp() bool { return c.state.CompareAndSwap(pending, givenUp) }
 
+// gaveUp reports whether the task's submitter took it back.
+func (c *claimState) gaveUp() bool { return c.state.Load() == givenUp }
+
 // locals holds a worker's states, one for each Local its tasks asked for
 // asked for. Only the worker's goroutine touches it.
 type locals struct {
