@@ -994,7 +994,10 @@ func TestResizeDownAsWorkersComeFree(t *testing.T) {
 // runs a1, of sub-pool a (limit 1), for 10.5ms; the other chews through
 // 1ms tasks of the pool's own queue and of sub-pool b, in turns. a2 waits
 // for a1 (a is at its limit). Once a1 ends, a kept its place in the ring:
-// a2 starts behind at most one task handed out ahead. Then a3, a4 (also
+// a2 starts behind the few tasks handed out before the loop saw a1 end
+// (the one in the buffer, and those it offered as a1 ended: its select
+// may take a worker's room before the worker's report; up to 3 were seen
+// in 800 turns under -race), not behind the 80 others. Then a3, a4 (also
 // limited) take their turns likewise.
 func TestASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -1031,7 +1034,7 @@ func TestASubpoolAtItsLimitGetsItsTurnOnceItsTaskEnds(t *testing.T) {
 					between++
 				}
 			}
-			if between > 1 {
+			if between > 4 {
 				t.Errorf("a%d started %d starts after a%d ended: %v", i+1, between, i, log[end:start+1])
 			}
 		}

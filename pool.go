@@ -45,11 +45,12 @@
 // waits for it; the queue's other tasks, keyed or not, do not. While a busy
 // key holds a task back, the tasks behind it go only to a free worker,
 // never to wait ahead of it, so that once its key is free it goes next.
-// When a
-// worker comes free and several queues have a task that may start, they
-// take turns, round robin; a sub-pool at its limit is passed over until
-// one of its tasks ends. With more than one worker, a task may of course
-// start before an earlier one has.
+// When a worker comes free and several queues have a task that may start,
+// they take turns, round robin; a sub-pool at its limit is passed over,
+// keeping its place, until one of its tasks ends. Its turn comes once the
+// dispatcher has seen that end: a task or two handed out as it ended may
+// start first. With more than one worker, a task may of course start
+// before an earlier one has.
 //
 // # Shutdown
 //
