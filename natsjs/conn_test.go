@@ -98,7 +98,11 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 			t.FailNow()
 		}
 		require.NoError(t, stop())
-		requireAtLeastOnce(t, ta, jobs, inFlight)
+		// A restart is a server that may lose acks it had read: the README
+		// ("Acks, their confirmation, and how many duplicates") bounds the
+		// duplicates by what the process held plus up to WithMaxInFlight
+		// more. (9 of 8 once, in a -count=10 run on the WithJetStream path.)
+		requireAtLeastOnce(t, ta, jobs, 2*inFlight)
 	})
 }
 
