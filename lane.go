@@ -7,6 +7,19 @@ import (
 	"github.com/gammazero/deque"
 )
 
+// An entry is a task as the scheduler knows it: its lane, its key's line
+// (nil if it has no key) and its seq, which numbers the tasks in the order
+// the pool accepted them, from 1.
+type entry struct {
+	task
+	lane *lane
+	line *keyLine
+	seq  uint64
+	// accepted is when the pool accepted the task, in nanoseconds since it
+	// was made, plus one, if it times its tasks (WithTaskTimings); else 0.
+	accepted int64
+}
+
 // A lane is one of the scheduler's queues: the pool's own, or a sub-pool's.
 // It holds the lane's waiting tasks: unkeyed ones in a fifo, keyed ones in
 // the lines of their keys. Of the waiting tasks that may start, it hands out

@@ -21,19 +21,6 @@ import (
 //   - A stop drops waiting tasks in the one order the pool accepted them,
 //     whatever their lanes and keys.
 
-// An entry is a task as the scheduler knows it: its lane, its key's line
-// (nil if it has no key) and its seq, which numbers the tasks in the order
-// the pool accepted them, from 1.
-type entry struct {
-	task
-	lane *lane
-	line *keyLine
-	seq  uint64
-	// accepted is when the pool accepted the task, in nanoseconds since it
-	// was made, plus one, if it times its tasks (WithTaskTimings); else 0.
-	accepted int64
-}
-
 // A scheduler holds every waiting task, in lanes, and counts the running
 // ones. The zero scheduler is not ready: use newScheduler.
 type scheduler struct {
