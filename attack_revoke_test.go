@@ -37,15 +37,6 @@ func rvWithin(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-func rvStatus(s workerpool.Status) string {
-	return fmt.Sprintf("Submitted=%d Completed=%d Abandoned=%d Canceled=%d Waiting=%d Busy=%d PeakWaiting=%d Workers=%d",
-		s.Submitted, s.Completed, s.Abandoned, s.Canceled, s.Waiting, s.Busy, s.PeakWaiting, s.Workers)
-}
-
-func rvBalanced(s workerpool.Status) bool {
-	return s.Submitted == s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy)
-}
-
 // rvLog records task starts, per queue, and tasks returned by Stop.
 type rvLog struct {
 	mu       sync.Mutex
@@ -133,7 +124,7 @@ func TestRevokeSubpoolStopCutThenPauseReturns(t *testing.T) {
 			bad++
 			if bad == 1 {
 				t.Errorf("round %d: Pause on an idle pool took %v (returned by its ctx, not because no task runs) after Subpool.Stop cut %d of %d tasks; status %s",
-					round, el, len(dropped), accepted, rvStatus(st))
+					round, el, len(dropped), accepted, fmtStatus(st))
 			}
 		}
 		rvWithin(t, 5*time.Second, "Stop", func() { p.Stop() })
@@ -180,7 +171,7 @@ func TestRevokeSubpoolStopCutThenFreeWorkerIdles(t *testing.T) {
 			bad++
 			if bad == 1 {
 				t.Errorf("round %d: an unkeyed task waited 2s with a worker free (a busy key held a task ahead of it); status %s",
-					round, rvStatus(p.Status()))
+					round, fmtStatus(p.Status()))
 			}
 			close(release)
 		}
@@ -320,11 +311,11 @@ func rvOrderRound(t *testing.T, round int, kinds []rvDisrupt, useStop bool, keye
 	}
 	l.check(t, "own", int(accOwn.Load()))
 	l.check(t, "q", int(accQ.Load()))
-	if !rvBalanced(st) {
-		t.Fatalf("round %d: status does not balance at rest: %s", round, rvStatus(st))
+	if !balanced(st) {
+		t.Fatalf("round %d: status does not balance at rest: %s", round, fmtStatus(st))
 	}
 	if !useStop && (st.Waiting != 0 || st.Busy != 0) {
-		t.Fatalf("round %d: after StopWait: %s", round, rvStatus(st))
+		t.Fatalf("round %d: after StopWait: %s", round, fmtStatus(st))
 	}
 }
 
@@ -441,7 +432,7 @@ func TestRevokeMaxWaitingBoundUnderTakeBacks(t *testing.T) {
 				for i, s := range []workerpool.Status{p.Status(), other.Status(), q.Status()} {
 					if m := int64(max(s.Waiting, s.PeakWaiting)); m > worst.Load() {
 						worst.Store(m)
-						worstS.Store(fmt.Sprintf("queue %d: %s", i, rvStatus(s)))
+						worstS.Store(fmt.Sprintf("queue %d: %s", i, fmtStatus(s)))
 					}
 				}
 				runtime.Gosched()
@@ -468,8 +459,8 @@ func TestRevokeMaxWaitingBoundUnderTakeBacks(t *testing.T) {
 		rvWithin(t, 10*time.Second, "disruptor", wg.Wait)
 		rvWithin(t, 10*time.Second, "StopWait", p.StopWait)
 		st := p.Status()
-		if !rvBalanced(st) {
-			t.Fatalf("round %d: unbalanced at rest: %s", round, rvStatus(st))
+		if !balanced(st) {
+			t.Fatalf("round %d: unbalanced at rest: %s", round, fmtStatus(st))
 		}
 		if w := worst.Load(); w > bound || st.PeakWaiting > bound {
 			t.Fatalf("round %d: Waiting/PeakWaiting %d (final peak %d) over the bound %d: %v", round, w, st.PeakWaiting, bound, worstS.Load())

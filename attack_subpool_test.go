@@ -19,10 +19,11 @@ func balanced(s workerpool.Status) bool {
 	return s.Submitted == s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy)
 }
 
+// fmtStatus says what balanced checks, and the peaks.
 func fmtStatus(s workerpool.Status) string {
-	return fmt.Sprintf("Submitted=%d Completed=%d Abandoned=%d Canceled=%d Waiting=%d Busy=%d (rhs=%d)",
+	return fmt.Sprintf("Submitted=%d Completed=%d Abandoned=%d Canceled=%d Waiting=%d Busy=%d (rhs=%d) PeakWaiting=%d Workers=%d",
 		s.Submitted, s.Completed, s.Abandoned, s.Canceled, s.Waiting, s.Busy,
-		s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy))
+		s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy), s.PeakWaiting, s.Workers)
 }
 
 // A1. Subpool.Group: "as Pool.Group does for the pool". Group.Skipped's doc:
