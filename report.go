@@ -62,7 +62,7 @@ func (d *dispatcher) collect() bool {
 			d.handed--
 			d.cameBack(r.handOff)
 		}
-		if r.kind == returnedReport && !d.cut && !d.lateStopped(r.handOff) {
+		if r.kind == returnedReport && !d.cut && d.cutting(r.sub) == nil {
 			if c, ok := r.w.(cancelable); ok && c.gaveUp() {
 				// Its submitter gave up on it meanwhile: it leaves.
 				d.sched.ended(r.entry)

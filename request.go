@@ -331,30 +331,25 @@ func (d *dispatcher) dropFrom(r *request, e entry) {
 // of the sub-pool's Stop, and reports whether it did: not if the pool's
 // own Stop cut it, which drops it with the pool's queue.
 func (d *dispatcher) dropLate(h handOff) bool {
-	if d.cut || h.sub == nil {
+	r := d.cutting(h.sub)
+	if d.cut || r == nil {
 		return false
 	}
-	for _, r := range d.stops {
-		if r.sub == h.sub && r.cut {
-			d.dropFrom(r, h.entry)
-			return true
-		}
-	}
-	return false
+	d.dropFrom(r, h.entry)
+	return true
 }
 
-// lateStopped reports whether h, a late task handed back (see requeue), is
-// of a sub-pool whose Stop is cutting its tasks: then it is dropped.
-func (d *dispatcher) lateStopped(h handOff) bool {
-	if h.sub == nil {
-		return false
+// cutting returns the Stop request that is cutting sub's tasks, or nil.
+func (d *dispatcher) cutting(sub *Subpool) *request {
+	if sub == nil {
+		return nil
 	}
 	for _, r := range d.stops {
-		if r.sub == h.sub && r.cut {
-			return true
+		if r.sub == sub && r.cut {
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
 // settleStops answers the sub-pools' Stop and StopWait requests whose
