@@ -17,40 +17,6 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// atkLog records the order in which tasks start.
-type atkLog struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (l *atkLog) task(name string) func() {
-	return func() { l.mu.Lock(); l.names = append(l.names, name); l.mu.Unlock() }
-}
-
-func (l *atkLog) got() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.names)
-}
-
-// atkGate submits a task to s that blocks until the returned func is called.
-func atkGate(t *testing.T, s workerpool.Submitter) func() {
-	t.Helper()
-	ch := make(chan struct{})
-	if err := s.Submit(func() { <-ch }); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
-
-func atkNoErr(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // ---------------------------------------------------------------------------
 // (a) Order within one queue, keys.
 
@@ -63,9 +29,9 @@ func atkNoErr(t *testing.T, err error) {
 func TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
-		release := atkGate(t, p)
+		release := hold(t, p, 1)
 		synctest.Wait()
-		var l atkLog
+		var l starts
 		atkNoErr(t, p.SubmitKey("k", l.task("k1")))
 		atkNoErr(t, p.SubmitKey("k", l.task("k2")))
 		atkNoErr(t, p.Submit(l.task("u1")))
@@ -89,7 +55,7 @@ func TestFreedKeyWaitsBehindTheBuffer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		gate := make(chan struct{})
-		var l atkLog
+		var l starts
 		atkNoErr(t, p.SubmitKey("k", func() { l.task("k1")(); <-gate }))
 		synctest.Wait()
 		atkNoErr(t, p.SubmitKey("k", l.task("k2")))
@@ -114,9 +80,9 @@ func TestFreedKeyWaitsBehindTheBuffer(t *testing.T) {
 func TestKeyFreedByAPauseTakesItsPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
-		release := atkGate(t, p)
+		release := hold(t, p, 1)
 		synctest.Wait()
-		var l atkLog
+		var l starts
 		atkNoErr(t, p.SubmitKey("k", l.task("k1")))
 		atkNoErr(t, p.Submit(l.task("u0")))
 		ctx, resume := context.WithCancel(context.Background())
@@ -148,9 +114,9 @@ func TestKeyFreedByAPauseTakesItsPlace(t *testing.T) {
 func TestCanceledCallsLeaveKeyedAndUnkeyedOrderIntact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
-		release := atkGate(t, p)
+		release := hold(t, p, 1)
 		synctest.Wait()
-		var l atkLog
+		var l starts
 		var cancels []context.CancelFunc
 		var wg sync.WaitGroup
 		call := func(name string, cancelIt bool) {
@@ -206,9 +172,9 @@ func TestANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks(t *testing.T
 			synctest.Test(t, func(t *testing.T) {
 				p := workerpool.New(1)
 				a, b, c := p.Subpool("a", 1), p.Subpool("b", 3), p.Subpool("c", 2)
-				release := atkGate(t, p)
+				release := hold(t, p, 1)
 				synctest.Wait()
-				var l atkLog
+				var l starts
 				for i := range n {
 					atkNoErr(t, p.Submit(l.task(fmt.Sprint("p", i))))
 				}
@@ -244,7 +210,7 @@ func TestTurnsSurviveResizesMidStream(t *testing.T) {
 		a, b := p.Subpool("a", 5), p.Subpool("b", 5)
 		ctx, resume := context.WithCancel(context.Background())
 		p.Pause(ctx)
-		var l atkLog
+		var l starts
 		var mu sync.Mutex
 		step := 0
 		for i := range 6 {
@@ -296,9 +262,9 @@ func TestStopReturnsTheOneAcceptanceOrderAcrossQueuesKeysAndLeavers(t *testing.T
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		a, b := p.Subpool("a", 1), p.Subpool("b", 2)
-		release := atkGate(t, p)
+		release := hold(t, p, 1)
 		synctest.Wait()
-		var ran atkLog
+		var ran starts
 		var order []string
 		ff := func(name string, submit func(func()) error) {
 			atkNoErr(t, submit(ran.task(name)))
@@ -1054,9 +1020,9 @@ func TestLeaversDoNotDisturbTheOrderOfTheRest(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := workerpool.New(1)
 				a := p.Subpool("a", 1)
-				release := atkGate(t, p)
+				release := hold(t, p, 1)
 				synctest.Wait()
-				var l atkLog
+				var l starts
 				var order []string
 				var bg sync.WaitGroup
 				gctx, gcancel := context.WithCancel(context.Background())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,17 +14,6 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 )
-
-// waitOrTimeout waits for ch, or for d of (fake or real) time; it reports
-// whether ch was closed in time.
-func waitOrTimeout(ch <-chan struct{}, d time.Duration) bool {
-	select {
-	case <-ch:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
 
 // AttackResizeDownGoexit: two busy workers, Resize(1), both tasks call
 // runtime.Goexit. Promise: busy surplus workers exit as their task ends;
@@ -423,70 +413,6 @@ func stopPool(p *workerpool.Pool, mode stopMode) (back []func(), errs []error) {
 	return back, errs
 }
 
-// poolGoroutines returns the stacks of goroutines running the pool's code
-// (not the test's), but those whose ids are in before: goroutines of pools
-// that earlier tests left stuck.
-func poolGoroutines(before ...map[string]bool) []string {
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for _, g := range bytesSplit(string(buf), "\n\n") {
-		id := g
-		if i := indexOf(g, " ["); i >= 0 {
-			id = g[:i]
-		}
-		if len(before) > 0 && before[0][id] {
-			continue
-		}
-		if containsAny(g, "created by github.com/dispatchkit/workerpool.", "workerpool.(*Pool).runWorker", "workerpool.(*dispatcher).run", "workerpool.(*Pool).clock", "workerpool.(*dispatcher).watchDeadline") {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// poolGoroutineIDs returns the ids of the goroutines running the pool's
-// code now.
-func poolGoroutineIDs() map[string]bool {
-	ids := map[string]bool{}
-	for _, g := range poolGoroutines() {
-		if i := indexOf(g, " ["); i >= 0 {
-			ids[g[:i]] = true
-		}
-	}
-	return ids
-}
-
-func bytesSplit(s, sep string) []string {
-	var out []string
-	for {
-		i := indexOf(s, sep)
-		if i < 0 {
-			return append(out, s)
-		}
-		out = append(out, s[:i])
-		s = s[i+len(sep):]
-	}
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
-}
-
-func containsAny(s string, subs ...string) bool {
-	for _, x := range subs {
-		if indexOf(s, x) >= 0 {
-			return true
-		}
-	}
-	return false
-}
-
 func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTasks int, r int, kinds []hammerKind, opts ...workerpool.Option) (problems []string, lostLocal int) {
 	before := poolGoroutineIDs()
 	h := &hammer{
@@ -647,7 +573,7 @@ func stopHammer(t *testing.T, rounds, submitters, maxTasks int, kinds []hammerKi
 	seen := map[string]int{}
 	for _, pr := range problems {
 		key := pr
-		if i := indexOf(pr, "] "); i >= 0 {
+		if i := strings.Index(pr, "] "); i >= 0 {
 			key = pr[i+2:]
 		}
 		if len(key) > 90 {

@@ -14,18 +14,6 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// balanced reports whether s balances as the docs promise at rest.
-func balanced(s workerpool.Status) bool {
-	return s.Submitted == s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy)
-}
-
-// fmtStatus says what balanced checks, and the peaks.
-func fmtStatus(s workerpool.Status) string {
-	return fmt.Sprintf("Submitted=%d Completed=%d Abandoned=%d Canceled=%d Waiting=%d Busy=%d (rhs=%d) PeakWaiting=%d Workers=%d",
-		s.Submitted, s.Completed, s.Abandoned, s.Canceled, s.Waiting, s.Busy,
-		s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy), s.PeakWaiting, s.Workers)
-}
-
 // A1. Subpool.Group: "as Pool.Group does for the pool". Group.Skipped's doc:
 // once the group's context is done, its queued tasks leave the queue at
 // once, whether or not Wait has been called, and Canceled counts them.
@@ -363,22 +351,6 @@ func TestGroupGoBlockedForRoomIsNotCanceled(t *testing.T) {
 	})
 }
 
-// limitWatch counts a sub-pool's tasks running at once and records the most.
-type limitWatch struct {
-	now, most atomic.Int64
-}
-
-func (w *limitWatch) enter() {
-	n := w.now.Add(1)
-	for {
-		m := w.most.Load()
-		if n <= m || w.most.CompareAndSwap(m, n) {
-			return
-		}
-	}
-}
-func (w *limitWatch) leave() { w.now.Add(-1) }
-
 // A5. Every way into a sub-pool (Submit, TrySubmit, SubmitCtx, SubmitKey,
 // SubmitWait, Go, Call, CallWith, Group.Go, Group.TryGo, Map, Local.Submit)
 // under every overflow policy, with a bounded queue, Calls cut short,
@@ -404,12 +376,12 @@ func attackLimitsRound(t *testing.T, ov workerpool.Overflow, round int, giveUps 
 		workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 	limits := []int{1, 2, 3}
 	subs := make([]*workerpool.Subpool, len(limits))
-	watch := make([]*limitWatch, len(limits))
+	watch := make([]*peakCounter, len(limits))
 	for i, l := range limits {
 		subs[i] = p.Subpool(fmt.Sprint("s", i), l)
-		watch[i] = new(limitWatch)
+		watch[i] = new(peakCounter)
 	}
-	var all limitWatch
+	var all peakCounter
 	local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
 	body := func(i, k int) {
 		watch[i].enter()
@@ -528,12 +500,12 @@ func attackLimitsRound(t *testing.T, ov workerpool.Overflow, round int, giveUps 
 		t.Errorf("round %d: %d submissions to the stopped sub-pool were accepted", round, n)
 	}
 	for i, w := range watch {
-		if int(w.most.Load()) > limits[i] {
-			t.Errorf("round %d: sub-pool %d (limit %d) ran %d at once", round, i, limits[i], w.most.Load())
+		if int(w.peak.Load()) > limits[i] {
+			t.Errorf("round %d: sub-pool %d (limit %d) ran %d at once", round, i, limits[i], w.peak.Load())
 		}
 	}
-	if ov != workerpool.CallerRuns && all.most.Load() > maxW {
-		t.Errorf("round %d: %d sub-pool tasks ran at once, maximum %d", round, all.most.Load(), maxW)
+	if ov != workerpool.CallerRuns && all.peak.Load() > maxW {
+		t.Errorf("round %d: %d sub-pool tasks ran at once, maximum %d", round, all.peak.Load(), maxW)
 	}
 	ps := p.Status()
 	if !balanced(ps) {
@@ -654,7 +626,7 @@ func TestBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
 		}
 		sub := p.Subpool("s", limit)
 		other := p.Subpool("o", 1)
-		var w limitWatch
+		var w peakCounter
 		var ran atomic.Int64
 		accepted := 0
 		for i := range 100 {
@@ -704,8 +676,8 @@ func TestBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
 				t.Errorf("round %d: accepted %d, ran+returned %d (returned by pool.Stop %d, by sub.Stop %d)", round, accepted, total, len(fromPool), len(fromSub))
 			}
 		}
-		if int(w.most.Load()) > limit {
-			t.Errorf("round %d: %d ran at once, limit %d", round, w.most.Load(), limit)
+		if int(w.peak.Load()) > limit {
+			t.Errorf("round %d: %d ran at once, limit %d", round, w.peak.Load(), limit)
 		}
 		ss := sub.Status()
 		if !balanced(ss) {
@@ -727,7 +699,7 @@ func TestThousandsOfCallsRacingControl(t *testing.T) {
 		const maxW = 4
 		p := workerpool.New(maxW, workerpool.WithMaxWaiting(16))
 		subs := []*workerpool.Subpool{p.Subpool("a", 1), p.Subpool("b", 2)}
-		watches := []*limitWatch{new(limitWatch), new(limitWatch)}
+		watches := []*peakCounter{new(peakCounter), new(peakCounter)}
 		type rec struct {
 			runs atomic.Int32
 			err  error
@@ -743,7 +715,7 @@ func TestThousandsOfCallsRacingControl(t *testing.T) {
 				for i := g; i < n; i += 6 {
 					r := &recs[i]
 					var s workerpool.Submitter = p
-					var lw *limitWatch
+					var lw *peakCounter
 					if k := i % 3; k < 2 {
 						s, lw = subs[k], watches[k]
 					}
@@ -826,8 +798,8 @@ func TestThousandsOfCallsRacingControl(t *testing.T) {
 			}
 		}
 		for k, w := range watches {
-			if int(w.most.Load()) > k+1 {
-				t.Errorf("round %d: sub-pool %d ran %d Calls at once, limit %d", round, k, w.most.Load(), k+1)
+			if int(w.peak.Load()) > k+1 {
+				t.Errorf("round %d: sub-pool %d ran %d Calls at once, limit %d", round, k, w.peak.Load(), k+1)
 			}
 		}
 		var ok, stopped, canceled, panicked int

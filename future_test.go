@@ -18,28 +18,6 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// hold submits n tasks to p that block until the returned func is called,
-// so that later submissions wait in the queue.
-func hold(t *testing.T, p *workerpool.Pool, n int) (release func()) {
-	t.Helper()
-	ch := make(chan struct{})
-	for range n {
-		require.NoError(t, p.Submit(func() { <-ch }))
-	}
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
-
-// isDone reports whether c is closed, without waiting.
-func isDone(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 func TestFutureWaitReturnsTheTasksResult(t *testing.T) {
 	p := workerpool.New(2)
 	defer p.Stop()

@@ -1,8 +1,6 @@
 package workerpool_test
 
 import (
-	"runtime"
-	"strings"
 	"testing/synctest"
 	"time"
 
@@ -53,36 +51,6 @@ func (m *fuzzModel) allDone() bool {
 		}
 	}
 	return true
-}
-
-// bubbleGoroutines returns the stacks of the goroutines in the calling
-// goroutine's synctest bubble, other than the caller and synctest's own.
-func bubbleGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	stacks := strings.Split(string(buf), "\n\n")
-	self, _, _ := strings.Cut(stacks[0], "\n") // "goroutine N [running, synctest bubble B]:"
-	_, bubble, ok := strings.Cut(self, "synctest bubble ")
-	if !ok {
-		return nil
-	}
-	var left []string
-	for _, g := range stacks[1:] {
-		header, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(header, "synctest bubble "+bubble) &&
-			!strings.Contains(g, "internal/synctest.Run(") &&
-			!strings.Contains(g, "testing/synctest.testingSynctestTest(") {
-			left = append(left, g)
-		}
-	}
-	return left
 }
 
 // fuzzSeeds are the hand-written inputs: the scenarios the other tests

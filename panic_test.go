@@ -39,11 +39,6 @@ func TestPanicHandlerThatCallsGoexitKeepsTheAccounts(t *testing.T) {
 	})
 }
 
-// pick keeps the worker counts of a Status, for comparing them at once.
-func pick(s workerpool.Status) workerpool.Status {
-	return workerpool.Status{Workers: s.Workers, Busy: s.Busy, Idle: s.Idle}
-}
-
 // crashEnv names the environment variable that makes the test binary run
 // one of the crashing programs below instead of the tests.
 const crashEnv = "WORKERPOOL_CRASH_CHILD"

@@ -298,13 +298,3 @@ func TestNewAndStopAThousandTimesLeavesNoGoroutine(t *testing.T) {
 		assert.Empty(t, bubbleGoroutines(), "goroutines left by 1000 pools")
 	})
 }
-
-// rounds returns n, or a quarter of it (at least 1) under the race
-// detector: a stress test's rounds, so that one run of the package under
-// -race stays short enough for -count=20. Many counts make up the rounds.
-func rounds(n int) int {
-	if raceEnabled {
-		return max(1, n/4)
-	}
-	return n
-}

@@ -118,16 +118,6 @@ func TestThePoolsStopCoversEverySubpool(t *testing.T) {
 	})
 }
 
-// index returns the position of s in ss, or -1.
-func index(ss []string, s string) int {
-	for i, x := range ss {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
 func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	p := workerpool.New(1)
 	p.Stop()

@@ -3,7 +3,6 @@ package workerpool_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -14,17 +13,6 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 )
-
-// peakCounter counts tasks running at once and remembers the most.
-type peakCounter struct{ now, peak atomic.Int64 }
-
-func (c *peakCounter) enter() {
-	n := c.now.Add(1)
-	for old := c.peak.Load(); n > old && !c.peak.CompareAndSwap(old, n); old = c.peak.Load() {
-	}
-}
-
-func (c *peakCounter) leave() { c.now.Add(-1) }
 
 func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -51,22 +39,6 @@ func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testin
 		assert.Equal(t, int64(5), all.peak.Load(), "all together reach the pool's maximum and no more")
 		assert.Equal(t, uint64(150), p.Status().Completed)
 	})
-}
-
-// starts records the order in which tasks start, by name.
-type starts struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (s *starts) task(name string) func() {
-	return func() { s.mu.Lock(); s.names = append(s.names, name); s.mu.Unlock() }
-}
-
-func (s *starts) got() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.names...)
 }
 
 func TestQueuesTakeTurnsWhenAWorkerComesFree(t *testing.T) {
