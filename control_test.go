@@ -1,4 +1,4 @@
-package workerpool
+package workerpool_test
 
 import (
 	"context"
@@ -9,13 +9,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
 )
 
 // full returns a pool of one worker whose queue of one is full.
-func full(t *testing.T, opts ...Option) (p *Pool, release func()) {
+func full(t *testing.T, opts ...workerpool.Option) (p *workerpool.Pool, release func()) {
 	t.Helper()
-	p = New(1, append([]Option{WithMaxWaiting(1)}, opts...)...)
-	release = occupy(t, p, 2)
+	p = workerpool.New(1, append([]workerpool.Option{workerpool.WithMaxWaiting(1)}, opts...)...)
+	release = hold(t, p, 2)
 	synctest.Wait()
 	require.Equal(t, 1, p.WaitingQueueSize())
 	return p, release
@@ -42,31 +44,31 @@ func TestBlockOverflowWaitsForRoom(t *testing.T) {
 
 func TestRejectOverflowReturnsErrQueueFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t, WithOverflow(Reject))
+		p, release := full(t, workerpool.WithOverflow(workerpool.Reject))
 		task := func() { t.Error("a rejected task ran") }
-		assert.ErrorIs(t, p.Submit(task), ErrQueueFull)
-		assert.ErrorIs(t, p.SubmitWait(task), ErrQueueFull)
+		assert.ErrorIs(t, p.Submit(task), workerpool.ErrQueueFull)
+		assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrQueueFull)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		assert.ErrorIs(t, p.SubmitCtx(ctx, task), ErrQueueFull)
+		assert.ErrorIs(t, p.SubmitCtx(ctx, task), workerpool.ErrQueueFull)
 		s := p.Status()
 		assert.Equal(t, uint64(3), s.Rejected)
 		assert.Equal(t, uint64(2), s.Submitted, "rejected tasks are not counted as submitted")
 		release()
 		p.StopWait()
-		balanced(t, p.Status())
+		assertBalanced(t, p.Status())
 	})
 }
 
 func TestCallerRunsOverflowRunsTheTaskInTheCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t, WithOverflow(CallerRuns), WithPanicHandler(func(*PanicError) {}))
+		p, release := full(t, workerpool.WithOverflow(workerpool.CallerRuns), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 		ran := false
 		require.NoError(t, p.Submit(func() { ran = true }))
 		assert.True(t, ran, "the task ran before Submit returned")
 
 		err := p.SubmitWait(func() { panic("boom") })
-		assert.ErrorAs(t, err, new(*PanicError), "SubmitWait reports a caller-run panic")
+		assert.ErrorAs(t, err, new(*workerpool.PanicError), "SubmitWait reports a caller-run panic")
 
 		s := p.Status()
 		assert.Equal(t, uint64(4), s.Submitted, "caller-run tasks are accepted")
@@ -75,21 +77,21 @@ func TestCallerRunsOverflowRunsTheTaskInTheCaller(t *testing.T) {
 		assert.Zero(t, s.Rejected)
 		release()
 		p.StopWait()
-		balanced(t, p.Status())
+		assertBalanced(t, p.Status())
 	})
 }
 
 func TestTrySubmitNeverWaitsForRoom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, release := full(t) // Block policy: TrySubmit rejects anyway
-		assert.ErrorIs(t, p.TrySubmit(func() {}), ErrQueueFull)
+		assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull)
 		release()
 		synctest.Wait()
 		assert.NoError(t, p.TrySubmit(func() {}), "accepted once there is room")
 		p.StopWait()
 
-		u := New(1) // unbounded: always room
-		release = occupy(t, u, 1)
+		u := workerpool.New(1) // unbounded: always room
+		release = hold(t, u, 1)
 		assert.NoError(t, u.TrySubmit(func() {}))
 		synctest.Wait()
 		assert.Equal(t, 1, u.WaitingQueueSize())
@@ -115,19 +117,19 @@ func TestSubmitCtxGivesUpWhenCtxIsDone(t *testing.T) {
 }
 
 func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
-	p := New(1)
+	p := workerpool.New(1)
 	defer p.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.Canceled)
 	assert.NoError(t, p.SubmitCtx(context.Background(), func() {}))
 	p.Stop()
-	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), ErrStopped, "a stopped pool says so, whatever the ctx")
+	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), workerpool.ErrStopped, "a stopped pool says so, whatever the ctx")
 }
 
 func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(2)
+		p := workerpool.New(2)
 		for range 2 {
 			require.NoError(t, p.Submit(func() { time.Sleep(time.Second) }))
 		}
@@ -135,7 +137,7 @@ func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
 		ctx, resume := context.WithCancel(context.Background())
 		p.Pause(ctx)
 		assert.Equal(t, time.Second, time.Since(start), "Pause returns once running tasks finished")
-		assert.Equal(t, Paused, p.Status().State)
+		assert.Equal(t, workerpool.Paused, p.Status().State)
 
 		var ran atomic.Int64
 		for range 5 {
@@ -148,14 +150,14 @@ func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
 		resume()
 		synctest.Wait()
 		assert.Equal(t, int64(5), ran.Load())
-		assert.Equal(t, Running, p.Status().State)
+		assert.Equal(t, workerpool.Running, p.Status().State)
 		p.StopWait()
 	})
 }
 
 func TestASecondPauseWaitsForTheFirstToEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
+		p := workerpool.New(1)
 		ctx1, end1 := context.WithCancel(context.Background())
 		p.Pause(ctx1)
 		require.NoError(t, p.Submit(func() {}))
@@ -172,7 +174,7 @@ func TestASecondPauseWaitsForTheFirstToEnd(t *testing.T) {
 
 		end1()
 		<-second
-		assert.Equal(t, Paused, p.Status().State, "the second pause follows the first")
+		assert.Equal(t, workerpool.Paused, p.Status().State, "the second pause follows the first")
 		assert.Equal(t, 1, p.WaitingQueueSize(), "with no task handed out in between")
 		end2()
 		synctest.Wait()
@@ -184,16 +186,16 @@ func TestASecondPauseWaitsForTheFirstToEnd(t *testing.T) {
 func TestStopEndsPauses(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		stop   func(*Pool) []func()
+		stop   func(*workerpool.Pool) []func()
 		ran    int64
 		backed int
 	}{
-		{"StopWait runs the held tasks", func(p *Pool) []func() { p.StopWait(); return nil }, 3, 0},
-		{"Stop returns the held tasks", (*Pool).Stop, 0, 3},
+		{"StopWait runs the held tasks", func(p *workerpool.Pool) []func() { p.StopWait(); return nil }, 3, 0},
+		{"Stop returns the held tasks", (*workerpool.Pool).Stop, 0, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := New(2)
+				p := workerpool.New(2)
 				p.Pause(context.Background()) // never ends by itself
 				var ran atomic.Int64
 				for range 3 {
@@ -207,7 +209,7 @@ func TestStopEndsPauses(t *testing.T) {
 				assert.Equal(t, tc.ran, ran.Load())
 				<-queued // a waiting Pause is released too
 				p.Pause(context.Background())
-				assert.Equal(t, Stopped, p.Status().State, "Pause on a stopped pool returns at once")
+				assert.Equal(t, workerpool.Stopped, p.Status().State, "Pause on a stopped pool returns at once")
 			})
 		})
 	}
@@ -215,8 +217,8 @@ func TestStopEndsPauses(t *testing.T) {
 
 func TestResizeUpStartsWorkersForWaitingTasks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		release := occupy(t, p, 5)
+		p := workerpool.New(1)
+		release := hold(t, p, 5)
 		synctest.Wait()
 		require.Equal(t, 4, p.WaitingQueueSize())
 
@@ -233,14 +235,14 @@ func TestResizeUpStartsWorkersForWaitingTasks(t *testing.T) {
 
 func TestResizeDownRetiresSurplusWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(4, WithIdleTimeout(-1))
-		release := occupy(t, p, 2)
+		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
+		release := hold(t, p, 2)
 		require.NoError(t, p.SubmitWait(func() {})) // starts a third worker, which idles
 		synctest.Wait()
-		require.Equal(t, Status{Workers: 3, Busy: 2, Idle: 1}, pick(p.Status()))
+		require.Equal(t, workerpool.Status{Workers: 3, Busy: 2, Idle: 1}, pick(p.Status()))
 
 		p.Resize(1)
-		assert.Equal(t, Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()),
+		assert.Equal(t, workerpool.Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()),
 			"idle surplus workers exit at once, busy ones keep running")
 
 		var running, peak atomic.Int64
@@ -264,14 +266,14 @@ func TestResizeDownRetiresSurplusWorkers(t *testing.T) {
 // TrySubmit, Reject and Block all agree (the review's case: New(2,
 // WithMaxWaiting(1)), both workers busy, Resize(1)).
 func TestASurplusWorkerTakesNoRoomInTheQueue(t *testing.T) {
-	for _, overflow := range []Overflow{Block, Reject} {
+	for _, overflow := range []workerpool.Overflow{workerpool.Block, workerpool.Reject} {
 		t.Run(overflow.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := New(2, WithMaxWaiting(1), WithOverflow(overflow))
-				release := occupy(t, p, 2)
+				p := workerpool.New(2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(overflow))
+				release := hold(t, p, 2)
 				p.Resize(1)
 				synctest.Wait()
-				assert.Equal(t, Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()))
+				assert.Equal(t, workerpool.Status{Workers: 2, Busy: 2, Idle: 0}, pick(p.Status()))
 				assert.Zero(t, p.Status().Waiting)
 
 				submitted := make(chan error, 1)
@@ -284,7 +286,7 @@ func TestASurplusWorkerTakesNoRoomInTheQueue(t *testing.T) {
 					t.Fatal("Submit waited though the queue had room")
 				}
 				assert.Equal(t, 1, p.Status().Waiting)
-				assert.ErrorIs(t, p.TrySubmit(func() {}), ErrQueueFull, "now the queue is full")
+				assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull, "now the queue is full")
 				assert.Equal(t, uint64(1), p.Status().Rejected, "the one TrySubmit refused")
 				release()
 				p.StopWait()
@@ -297,7 +299,7 @@ func TestASurplusWorkerTakesNoRoomInTheQueue(t *testing.T) {
 }
 
 func TestResizePanicsOnImpossibleSize(t *testing.T) {
-	p := New(4, WithMinWorkers(2))
+	p := workerpool.New(4, workerpool.WithMinWorkers(2))
 	defer p.Stop()
 	assert.PanicsWithValue(t, "workerpool: Resize(0): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(0) })
 	assert.Panics(t, func() { p.Resize(1) })
@@ -307,8 +309,8 @@ func TestResizePanicsOnImpossibleSize(t *testing.T) {
 func TestIdleWorkersExitWithinTwoTimeoutsButNotBelowMinimum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = time.Second
-		p := New(8, WithMinWorkers(2), WithIdleTimeout(timeout))
-		release := occupy(t, p, 8)
+		p := workerpool.New(8, workerpool.WithMinWorkers(2), workerpool.WithIdleTimeout(timeout))
+		release := hold(t, p, 8)
 		time.Sleep(timeout / 3)
 		release()
 		synctest.Wait()
@@ -328,8 +330,8 @@ func TestIdleWorkersExitWithinTwoTimeoutsButNotBelowMinimum(t *testing.T) {
 
 func TestWorkersInUseAreNotReaped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(2, WithIdleTimeout(time.Second))
-		release := occupy(t, p, 1)
+		p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second))
+		release := hold(t, p, 1)
 		for range 10 { // the second worker never idles a full timeout
 			require.NoError(t, p.SubmitWait(func() {}))
 			time.Sleep(time.Second / 2)
@@ -342,8 +344,8 @@ func TestWorkersInUseAreNotReaped(t *testing.T) {
 
 func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(4, WithIdleTimeout(-1))
-		release := occupy(t, p, 4)
+		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
+		release := hold(t, p, 4)
 		synctest.Wait() // four workers busy, not three and one handed the fourth task
 		release()
 		time.Sleep(24 * time.Hour)
@@ -354,25 +356,25 @@ func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
 
 func TestStatusCountersBalanceAtRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(2, WithMaxWaiting(3), WithOverflow(Reject), WithPanicHandler(func(*PanicError) {}))
+		p := workerpool.New(2, workerpool.WithMaxWaiting(3), workerpool.WithOverflow(workerpool.Reject), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 		for range 4 {
 			require.NoError(t, p.SubmitWait(func() {}))
 		}
 		require.NoError(t, p.Submit(func() { panic("boom") }))
 		synctest.Wait()
-		release := occupy(t, p, 5) // 2 busy, 3 waiting
-		assert.ErrorIs(t, p.Submit(func() {}), ErrQueueFull)
+		release := hold(t, p, 5) // 2 busy, 3 waiting
+		assert.ErrorIs(t, p.Submit(func() {}), workerpool.ErrQueueFull)
 		synctest.Wait()
 
 		s := p.Status()
-		assert.Equal(t, Status{
-			State: Running, MaxWorkers: 2, MinWorkers: 0,
+		assert.Equal(t, workerpool.Status{
+			State: workerpool.Running, MaxWorkers: 2, MinWorkers: 0,
 			Workers: 2, Busy: 2, Idle: 0, Waiting: 3,
 			PeakWorkers: 2, PeakWaiting: 3,
 			Submitted: 10, Completed: 5, Panicked: 1,
 			Rejected: 1, Abandoned: 0,
 		}, s)
-		balanced(t, s)
+		assertBalanced(t, s)
 
 		stopped := make(chan []func())
 		go func() { stopped <- p.Stop() }()
@@ -381,34 +383,29 @@ func TestStatusCountersBalanceAtRest(t *testing.T) {
 		assert.Len(t, <-stopped, 3, "Stop drops the waiting tasks and lets running ones finish")
 		s = p.Status()
 		assert.Equal(t, uint64(3), s.Abandoned)
-		assert.Equal(t, Stopped, s.State)
+		assert.Equal(t, workerpool.Stopped, s.State)
 		assert.Zero(t, s.Workers)
-		balanced(t, s)
+		assertBalanced(t, s)
 	})
 }
 
 func TestStringers(t *testing.T) {
 	assert.Equal(t, []string{"running", "paused", "stopping", "stopped", "State(9)"},
-		[]string{Running.String(), Paused.String(), Stopping.String(), Stopped.String(), State(9).String()})
+		[]string{workerpool.Running.String(), workerpool.Paused.String(), workerpool.Stopping.String(), workerpool.Stopped.String(), workerpool.State(9).String()})
 	assert.Equal(t, []string{"block", "reject", "caller-runs", "Overflow(9)"},
-		[]string{Block.String(), Reject.String(), CallerRuns.String(), Overflow(9).String()})
-}
-
-// pick keeps the worker counts of a Status, for comparing them at once.
-func pick(s Status) Status {
-	return Status{Workers: s.Workers, Busy: s.Busy, Idle: s.Idle}
+		[]string{workerpool.Block.String(), workerpool.Reject.String(), workerpool.CallerRuns.String(), workerpool.Overflow(9).String()})
 }
 
 // Once Pause returns, Status says Paused: the dispatcher records the state
 // before it lets Pause return. Real scheduler, many times over: a Status
 // read the moment Pause returns must not see the state before it.
 func TestStatusSaysPausedOncePauseReturns(t *testing.T) {
-	p := New(2)
+	p := workerpool.New(2)
 	defer p.Stop()
 	for i := range 20000 {
 		ctx, resume := context.WithCancel(context.Background())
 		p.Pause(ctx)
-		if s := p.Status().State; s != Paused {
+		if s := p.Status().State; s != workerpool.Paused {
 			t.Fatalf("pause %d: State = %v once Pause returned", i, s)
 		}
 		resume()

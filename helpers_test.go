@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dispatchkit/workerpool"
@@ -22,6 +23,14 @@ import (
 // balanced reports whether s balances as the docs promise at rest.
 func balanced(s workerpool.Status) bool {
 	return s.Submitted == s.Completed+s.Abandoned+s.Canceled+uint64(s.Waiting)+uint64(s.Busy)
+}
+
+// assertBalanced asserts that s balances (see balanced) and that
+// Idle == Workers - Busy.
+func assertBalanced(t *testing.T, s workerpool.Status) {
+	t.Helper()
+	assert.True(t, balanced(s), "Submitted == Completed + Abandoned + Canceled + Waiting + Busy; got %+v", s)
+	assert.Equal(t, s.Workers-s.Busy, s.Idle, "Idle == Workers - Busy")
 }
 
 // fmtStatus says what balanced checks, and the peaks.

@@ -1,4 +1,4 @@
-package workerpool
+package workerpool_test
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -14,70 +13,47 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
 )
-
-// gate returns a task that blocks until open is called.
-func gate() (task func(), open func()) {
-	ch := make(chan struct{})
-	var once sync.Once
-	return func() { <-ch }, func() { once.Do(func() { close(ch) }) }
-}
-
-// occupy submits n tasks that block until the returned func is called.
-func occupy(t *testing.T, p *Pool, n int) (release func()) {
-	t.Helper()
-	task, open := gate()
-	for range n {
-		require.NoError(t, p.Submit(task))
-	}
-	return open
-}
 
 // stoppers are the three ways to stop a pool, for promises that hold for each.
 var stoppers = []struct {
 	name string
-	stop func(*Pool)
+	stop func(*workerpool.Pool)
 }{
-	{"Stop", func(p *Pool) { p.Stop() }},
-	{"StopWait", (*Pool).StopWait},
-	{"Shutdown", func(p *Pool) { _, _ = p.Shutdown(context.Background()) }},
-}
-
-// balanced asserts the at-rest identity of Status.
-func balanced(t *testing.T, s Status) {
-	t.Helper()
-	assert.Equal(t, s.Submitted, s.Completed+s.Abandoned+uint64(s.Waiting)+uint64(s.Busy),
-		"Submitted == Completed + Abandoned + Waiting + Busy; got %+v", s)
-	assert.Equal(t, s.Workers-s.Busy, s.Idle, "Idle == Workers - Busy")
+	{"Stop", func(p *workerpool.Pool) { p.Stop() }},
+	{"StopWait", (*workerpool.Pool).StopWait},
+	{"Shutdown", func(p *workerpool.Pool) { _, _ = p.Shutdown(context.Background()) }},
 }
 
 func TestNewPanicsOnImpossibleConfiguration(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		max  int
-		opts []Option
+		opts []workerpool.Option
 	}{
 		{"zero max", 0, nil},
 		{"negative max", -3, nil},
-		{"nil option", 2, []Option{nil}},
-		{"min above max", 2, []Option{WithMinWorkers(3)}},
-		{"negative min", 2, []Option{WithMinWorkers(-1)}},
-		{"negative queue bound", 2, []Option{WithMaxWaiting(-1)}},
-		{"unknown overflow", 2, []Option{WithOverflow(Overflow(7))}},
+		{"nil option", 2, []workerpool.Option{nil}},
+		{"min above max", 2, []workerpool.Option{workerpool.WithMinWorkers(3)}},
+		{"negative min", 2, []workerpool.Option{workerpool.WithMinWorkers(-1)}},
+		{"negative queue bound", 2, []workerpool.Option{workerpool.WithMaxWaiting(-1)}},
+		{"unknown overflow", 2, []workerpool.Option{workerpool.WithOverflow(workerpool.Overflow(7))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
 				msg, _ := recover().(string)
 				assert.Regexp(t, `^workerpool: `, msg)
 			}()
-			New(tc.max, tc.opts...)
+			workerpool.New(tc.max, tc.opts...)
 			t.Error("New did not panic")
 		})
 	}
 }
 
 func TestNewAcceptsBoundaryConfiguration(t *testing.T) {
-	p := New(3, WithMinWorkers(3), WithMaxWaiting(0), WithIdleTimeout(-1), WithPanicHandler(nil))
+	p := workerpool.New(3, workerpool.WithMinWorkers(3), workerpool.WithMaxWaiting(0), workerpool.WithIdleTimeout(-1), workerpool.WithPanicHandler(nil))
 	defer p.Stop()
 	s := p.Status()
 	assert.Equal(t, 3, s.Workers, "MinWorkers workers start in New")
@@ -87,37 +63,37 @@ func TestNewAcceptsBoundaryConfiguration(t *testing.T) {
 }
 
 func TestNilTaskIsRejected(t *testing.T) {
-	p := New(1)
+	p := workerpool.New(1)
 	defer p.Stop()
-	assert.ErrorIs(t, p.Submit(nil), ErrNilTask)
-	assert.ErrorIs(t, p.SubmitCtx(context.Background(), nil), ErrNilTask)
-	assert.ErrorIs(t, p.TrySubmit(nil), ErrNilTask)
-	assert.ErrorIs(t, p.SubmitWait(nil), ErrNilTask)
+	assert.ErrorIs(t, p.Submit(nil), workerpool.ErrNilTask)
+	assert.ErrorIs(t, p.SubmitCtx(context.Background(), nil), workerpool.ErrNilTask)
+	assert.ErrorIs(t, p.TrySubmit(nil), workerpool.ErrNilTask)
+	assert.ErrorIs(t, p.SubmitWait(nil), workerpool.ErrNilTask)
 	assert.Zero(t, p.Status().Submitted)
 }
 
 func TestEverySubmitMethodFailsAfterStop(t *testing.T) {
 	for _, stop := range stoppers {
 		t.Run(stop.name, func(t *testing.T) {
-			p := New(2, WithMaxWaiting(1), WithOverflow(CallerRuns))
+			p := workerpool.New(2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
 			stop.stop(p)
 			ran := false
 			task := func() { ran = true }
 			assert.True(t, p.Stopped())
-			assert.ErrorIs(t, p.Submit(task), ErrStopped)
-			assert.ErrorIs(t, p.SubmitCtx(context.Background(), task), ErrStopped)
-			assert.ErrorIs(t, p.TrySubmit(task), ErrStopped)
-			assert.ErrorIs(t, p.SubmitWait(task), ErrStopped)
+			assert.ErrorIs(t, p.Submit(task), workerpool.ErrStopped)
+			assert.ErrorIs(t, p.SubmitCtx(context.Background(), task), workerpool.ErrStopped)
+			assert.ErrorIs(t, p.TrySubmit(task), workerpool.ErrStopped)
+			assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrStopped)
 			assert.False(t, ran, "no task runs after stop, not even in the caller")
-			assert.Equal(t, Stopped, p.Status().State)
+			assert.Equal(t, workerpool.Stopped, p.Status().State)
 		})
 	}
 }
 
 func TestTasksStartInSubmissionOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		release := occupy(t, p, 1) // everything below waits in the queue
+		p := workerpool.New(1)
+		release := hold(t, p, 1) // everything below waits in the queue
 		var order []int
 		for i := range 20 {
 			if i%5 == 4 {
@@ -143,7 +119,7 @@ func TestTasksStartInSubmissionOrder(t *testing.T) {
 func TestNeverMoreThanMaxTasksRunAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const max = 4
-		p := New(max)
+		p := workerpool.New(max)
 		var running, peak atomic.Int64
 		for i := range 200 {
 			require.NoError(t, p.Submit(func() {
@@ -167,7 +143,7 @@ func TestNeverMoreThanMaxTasksRunAtOnce(t *testing.T) {
 
 func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(8)
+		p := workerpool.New(8)
 		for range 10 {
 			require.NoError(t, p.Submit(func() {}))
 			synctest.Wait() // the worker is back and idle
@@ -179,7 +155,7 @@ func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
 
 func TestSubmitOfAPreparedFuncAllocatesNothing(t *testing.T) {
 	for _, n := range []int{1, 64} { // through the queue, and straight to workers
-		p := New(n)
+		p := workerpool.New(n)
 		task := func() {}
 		allocs := testing.AllocsPerRun(10000, func() { _ = p.Submit(task) })
 		p.StopWait()
@@ -188,14 +164,14 @@ func TestSubmitOfAPreparedFuncAllocatesNothing(t *testing.T) {
 }
 
 func TestSubmitWaitAllocatesOneWaiter(t *testing.T) {
-	p := New(4)
+	p := workerpool.New(4)
 	defer p.Stop()
 	task := func() {}
 	assert.Equal(t, 1.0, testing.AllocsPerRun(10000, func() { _ = p.SubmitWait(task) }))
 }
 
 func TestSubmitWaitReturnsAfterTheTask(t *testing.T) {
-	p := New(2)
+	p := workerpool.New(2)
 	defer p.Stop()
 	x := 0
 	require.NoError(t, p.SubmitWait(func() { x = 42 }))
@@ -203,10 +179,10 @@ func TestSubmitWaitReturnsAfterTheTask(t *testing.T) {
 }
 
 func TestSubmitWaitReportsAPanicAsPanicError(t *testing.T) {
-	p := New(1, WithPanicHandler(func(*PanicError) { t.Error("a SubmitWait panic goes to its caller, not the handler") }))
+	p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { t.Error("a SubmitWait panic goes to its caller, not the handler") }))
 	defer p.Stop()
 	err := p.SubmitWait(func() { panic(io.EOF) })
-	var pe *PanicError
+	var pe *workerpool.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, io.EOF, pe.Value)
 	assert.ErrorIs(t, err, io.EOF, "errors.Is reaches a panicked error value")
@@ -220,8 +196,8 @@ func TestSubmitWaitReportsAPanicAsPanicError(t *testing.T) {
 }
 
 func TestPanicHandlerGetsFireAndForgetPanics(t *testing.T) {
-	got := make(chan *PanicError, 1)
-	p := New(1, WithPanicHandler(func(pe *PanicError) { got <- pe }))
+	got := make(chan *workerpool.PanicError, 1)
+	p := workerpool.New(1, workerpool.WithPanicHandler(func(pe *workerpool.PanicError) { got <- pe }))
 	require.NoError(t, p.Submit(func() { panic("boom") }))
 	pe := <-got
 	p.StopWait()
@@ -233,7 +209,7 @@ func TestDefaultPanicHandlerLogsWithSlog(t *testing.T) {
 	var buf bytes.Buffer
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	p := New(1)
+	p := workerpool.New(1)
 	require.NoError(t, p.Submit(func() { panic("boom") }))
 	p.StopWait()
 	assert.Contains(t, buf.String(), `msg="workerpool: task panicked" panic=boom stack=`)
@@ -251,19 +227,19 @@ func TestPanicsAndGoexitKeepFullCapacity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const max = 3
-				p := New(max, WithPanicHandler(func(*PanicError) {}))
+				p := workerpool.New(max, workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 				for range 50 {
 					require.NoError(t, p.Submit(tc.task))
 				}
 				err := p.SubmitWait(tc.task)
 				if tc.panicked > 0 {
-					assert.ErrorAs(t, err, new(*PanicError))
+					assert.ErrorAs(t, err, new(*workerpool.PanicError))
 				} else {
 					assert.NoError(t, err, "a task that calls Goexit counts as returned")
 				}
 				synctest.Wait()
 
-				release := occupy(t, p, max+1)
+				release := hold(t, p, max+1)
 				synctest.Wait()
 				s := p.Status()
 				assert.Equal(t, max, s.Workers, "the pool still has all its workers")
@@ -274,7 +250,7 @@ func TestPanicsAndGoexitKeepFullCapacity(t *testing.T) {
 				s = p.Status()
 				assert.Equal(t, uint64(51+max+1), s.Completed)
 				assert.Equal(t, tc.panicked, s.Panicked)
-				balanced(t, s)
+				assertBalanced(t, s)
 			})
 		})
 	}

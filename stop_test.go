@@ -1,12 +1,9 @@
-package workerpool
+package workerpool_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"runtime"
-	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,11 +12,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
 )
 
 func TestStopWaitRunsEverythingQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(2)
+		p := workerpool.New(2)
 		var ran atomic.Int64
 		for range 100 {
 			require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond); ran.Add(1) }))
@@ -27,16 +26,16 @@ func TestStopWaitRunsEverythingQueued(t *testing.T) {
 		p.StopWait()
 		assert.Equal(t, int64(100), ran.Load())
 		s := p.Status()
-		assert.Equal(t, Stopped, s.State)
+		assert.Equal(t, workerpool.Stopped, s.State)
 		assert.Zero(t, s.Workers)
-		balanced(t, s)
+		assertBalanced(t, s)
 	})
 }
 
 func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		release := occupy(t, p, 1)
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
 		var ran []int
 		waitErrs := make(chan error, 2)
 		for i := range 6 {
@@ -60,7 +59,7 @@ func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
 		tasks := <-stopped
 
 		for range 2 {
-			assert.ErrorIs(t, <-waitErrs, ErrStopped, "a dropped SubmitWait task's caller gets ErrStopped")
+			assert.ErrorIs(t, <-waitErrs, workerpool.ErrStopped, "a dropped SubmitWait task's caller gets ErrStopped")
 		}
 		assert.Empty(t, ran, "no dropped task ran")
 		require.Len(t, tasks, 4, "fire-and-forget tasks only")
@@ -70,14 +69,14 @@ func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
 		assert.Equal(t, []int{0, 1, 3, 5}, ran, "in submission order")
 		s := p.Status()
 		assert.Equal(t, uint64(6), s.Abandoned)
-		balanced(t, s)
+		assertBalanced(t, s)
 		assert.Nil(t, p.Stop(), "a later Stop gets nothing")
 	})
 }
 
 func TestStopLetsRunningTasksFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(3)
+		p := workerpool.New(3)
 		var finished atomic.Int64
 		for range 3 {
 			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); finished.Add(1) }))
@@ -94,45 +93,26 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	for _, stop := range stoppers {
 		t.Run(stop.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := New(16, WithMinWorkers(4))
+				p := workerpool.New(16, workerpool.WithMinWorkers(4))
 				for range 1000 {
 					require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond) }))
 				}
 				synctest.Wait() // the last Submit returns before its worker starts
-				require.Equal(t, 18, poolGoroutines(t), "the dispatcher, its reaping clock and 16 workers")
+				require.Equal(t, 18, len(poolGoroutines()), "the dispatcher, its reaping clock and 16 workers")
 				stop.stop(p)
 				// When Stop returns, the pool's goroutines have at most
 				// their deferred returns left; Wait lets them finish.
 				synctest.Wait()
-				assert.Zero(t, poolGoroutines(t))
+				assert.Zero(t, len(poolGoroutines()))
 			})
 		})
 	}
 }
 
-// poolGoroutines counts the goroutines of the calling synctest bubble that
-// run the pool's own code. (Pools of earlier tests are outside the bubble.)
-func poolGoroutines(t *testing.T) int {
-	var buf bytes.Buffer
-	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&buf, 2))
-	n := 0
-	for _, g := range strings.Split(buf.String(), "\n\n") {
-		header, _, _ := strings.Cut(g, "\n")
-		if !strings.Contains(header, "synctest bubble") {
-			continue
-		}
-		if strings.Contains(g, "workerpool.(*dispatcher).run") || strings.Contains(g, "workerpool.(*Pool).runWorker") ||
-			strings.Contains(g, "workerpool.(*Pool).clock") {
-			n++
-		}
-	}
-	return n
-}
-
 func TestStopAndStopWaitAreIdempotentAndConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		release := occupy(t, p, 1)
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
 		for range 10 {
 			require.NoError(t, p.Submit(func() {}))
 		}
@@ -164,15 +144,15 @@ func TestStopAndStopWaitAreIdempotentAndConcurrent(t *testing.T) {
 
 func TestStopEscalatesAStopWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1)
-		release := occupy(t, p, 1)
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
 		for range 3 {
 			require.NoError(t, p.Submit(func() { t.Error("a task dropped by Stop ran") }))
 		}
 		waited := make(chan struct{})
 		go func() { p.StopWait(); close(waited) }()
 		synctest.Wait()
-		assert.Equal(t, Stopping, p.Status().State)
+		assert.Equal(t, workerpool.Stopping, p.Status().State)
 
 		stopped := make(chan []func())
 		go func() { stopped <- p.Stop() }()
@@ -185,8 +165,8 @@ func TestStopEscalatesAStopWait(t *testing.T) {
 
 func TestStopReleasesABlockedSubmitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(1, WithMaxWaiting(1)) // Block
-		release := occupy(t, p, 2)     // one running, one waiting: full
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1)) // Block
+		release := hold(t, p, 2)                             // one running, one waiting: full
 		errs := make(chan error, 2)
 		go func() { errs <- p.Submit(func() {}) }()
 		go func() { errs <- p.SubmitWait(func() {}) }()
@@ -195,8 +175,8 @@ func TestStopReleasesABlockedSubmitter(t *testing.T) {
 
 		go p.Stop()
 		synctest.Wait()
-		assert.ErrorIs(t, <-errs, ErrStopped)
-		assert.ErrorIs(t, <-errs, ErrStopped)
+		assert.ErrorIs(t, <-errs, workerpool.ErrStopped)
+		assert.ErrorIs(t, <-errs, workerpool.ErrStopped)
 		release()
 	})
 }
@@ -206,7 +186,7 @@ func TestStopReleasesABlockedSubmitter(t *testing.T) {
 // every interleaving.
 func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 	const submitters, each = 16, 300
-	p := New(4, WithMaxWaiting(64))
+	p := workerpool.New(4, workerpool.WithMaxWaiting(64))
 	var runs [submitters * each]atomic.Int32
 	var accepted atomic.Uint64 // submissions that returned nil
 	waitStopped := make([]bool, submitters*each)
@@ -225,14 +205,14 @@ func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 					if err == nil {
 						assert.Equal(t, int32(1), runs[id].Load(), "SubmitWait returned nil before its task ran")
 					}
-					waitStopped[id] = err == ErrStopped
+					waitStopped[id] = err == workerpool.ErrStopped
 				case 2:
 					err = p.TrySubmit(task)
 				}
 				switch err {
 				case nil:
 					accepted.Add(1)
-				case ErrStopped, ErrQueueFull:
+				case workerpool.ErrStopped, workerpool.ErrQueueFull:
 				default:
 					t.Errorf("unexpected error %v", err)
 				}
@@ -262,7 +242,7 @@ func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 	assert.Equal(t, s.Submitted, ran+droppedWaiters,
 		"every accepted task ran, was returned by Stop, or its waiter got ErrStopped")
 	assert.Equal(t, s.Submitted, accepted.Load()+droppedWaiters)
-	balanced(t, s)
+	assertBalanced(t, s)
 }
 
 func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
@@ -272,7 +252,7 @@ func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 200 {
-		p := New(1)
+		p := workerpool.New(1)
 		var ran, accepted atomic.Int64
 		task := func() { ran.Add(1) }
 		var wg sync.WaitGroup
@@ -305,7 +285,7 @@ func TestStopWaitRunsEveryTaskOfManyConcurrentSubmitters(t *testing.T) {
 	// More submitters than the dispatcher takes in one wake-up: the last
 	// of a burst was once received and dropped.
 	for range 10 {
-		p := New(100)
+		p := workerpool.New(100)
 		var ran atomic.Int64
 		task := func() { ran.Add(1) }
 		var wg sync.WaitGroup
@@ -327,7 +307,7 @@ func TestWorkersRunWhileSubmittersHammerOneP(t *testing.T) {
 	// With one P, the dispatcher and busy submitters ready each other in
 	// turn; the pool must still let its workers run.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	p := New(1)
+	p := workerpool.New(1)
 	var ran atomic.Int64
 	task := func() { ran.Add(1) }
 	var wg sync.WaitGroup
@@ -350,15 +330,15 @@ func TestWorkersRunWhileSubmittersHammerOneP(t *testing.T) {
 // Running: the dispatcher records Stopping before it releases submitters.
 func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
 	for i := range 2000 {
-		p := New(1, WithMaxWaiting(1))
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1))
 		block := make(chan struct{})
 		require.NoError(t, p.Submit(func() { <-block }))
 		require.NoError(t, p.Submit(func() {})) // the queue is full now
 		errc := make(chan error)
 		go func() { errc <- p.Submit(func() {}) }()
 		go p.Stop()
-		if err := <-errc; err == ErrStopped {
-			if s := p.Status().State; s == Running || s == Paused {
+		if err := <-errc; err == workerpool.ErrStopped {
+			if s := p.Status().State; s == workerpool.Running || s == workerpool.Paused {
 				t.Fatalf("round %d: State = %v after Submit returned ErrStopped", i, s)
 			}
 		}
@@ -375,7 +355,7 @@ func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
 func TestStopReturnsEveryQueuesTasksInTheOneOrderThePoolAcceptedThem(t *testing.T) {
 	for range 20 {
 		synctest.Test(t, func(t *testing.T) {
-			p := New(2)
+			p := workerpool.New(2)
 			s := p.Subpool("s", 2)
 			block := make(chan struct{})
 			require.NoError(t, p.SubmitKey("a", func() { <-block })) // holds key a
@@ -413,8 +393,8 @@ func TestStopReturnsEveryQueuesTasksInTheOneOrderThePoolAcceptedThem(t *testing.
 // scheduler, many rounds: the window is a few instructions wide.
 func TestNoTaskIsAcceptedOnceStopReturned(t *testing.T) {
 	for range 200 {
-		p := New(1, WithMaxWaiting(1), WithOverflow(CallerRuns))
-		release := occupy(t, p, 2) // one runs, one waits: full
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		release := hold(t, p, 2) // one runs, one waits: full
 		var wg sync.WaitGroup
 		var start sync.WaitGroup
 		start.Add(1)
