@@ -13,120 +13,6 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-// full returns a pool of one worker whose queue of one is full.
-func full(t *testing.T, opts ...workerpool.Option) (p *workerpool.Pool, release func()) {
-	t.Helper()
-	p = workerpool.New(1, append([]workerpool.Option{workerpool.WithMaxWaiting(1)}, opts...)...)
-	release = hold(t, p, 2)
-	synctest.Wait()
-	require.Equal(t, 1, p.WaitingQueueSize())
-	return p, release
-}
-
-func TestBlockOverflowWaitsForRoom(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t) // Block is the default
-		ran := make(chan struct{})
-		errs := make(chan error, 1)
-		go func() { errs <- p.Submit(func() { close(ran) }) }()
-		synctest.Wait()
-		assert.Empty(t, errs, "Submit waits while the queue is full")
-		assert.Equal(t, 1, p.WaitingQueueSize(), "the bound holds")
-
-		release()
-		assert.NoError(t, <-errs)
-		<-ran
-		p.StopWait()
-		assert.Equal(t, 1, p.Status().PeakWaiting)
-		assert.Zero(t, p.Status().Rejected)
-	})
-}
-
-func TestRejectOverflowReturnsErrQueueFull(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t, workerpool.WithOverflow(workerpool.Reject))
-		task := func() { t.Error("a rejected task ran") }
-		assert.ErrorIs(t, p.Submit(task), workerpool.ErrQueueFull)
-		assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrQueueFull)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		assert.ErrorIs(t, p.SubmitCtx(ctx, task), workerpool.ErrQueueFull)
-		s := p.Status()
-		assert.Equal(t, uint64(3), s.Rejected)
-		assert.Equal(t, uint64(2), s.Submitted, "rejected tasks are not counted as submitted")
-		release()
-		p.StopWait()
-		assertBalanced(t, p.Status())
-	})
-}
-
-func TestCallerRunsOverflowRunsTheTaskInTheCaller(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t, workerpool.WithOverflow(workerpool.CallerRuns), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
-		ran := false
-		require.NoError(t, p.Submit(func() { ran = true }))
-		assert.True(t, ran, "the task ran before Submit returned")
-
-		err := p.SubmitWait(func() { panic("boom") })
-		assert.ErrorAs(t, err, new(*workerpool.PanicError), "SubmitWait reports a caller-run panic")
-
-		s := p.Status()
-		assert.Equal(t, uint64(4), s.Submitted, "caller-run tasks are accepted")
-		assert.Equal(t, uint64(2), s.Completed)
-		assert.Equal(t, uint64(1), s.Panicked)
-		assert.Zero(t, s.Rejected)
-		release()
-		p.StopWait()
-		assertBalanced(t, p.Status())
-	})
-}
-
-func TestTrySubmitNeverWaitsForRoom(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t) // Block policy: TrySubmit rejects anyway
-		assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull)
-		release()
-		synctest.Wait()
-		assert.NoError(t, p.TrySubmit(func() {}), "accepted once there is room")
-		p.StopWait()
-
-		u := workerpool.New(1) // unbounded: always room
-		release = hold(t, u, 1)
-		assert.NoError(t, u.TrySubmit(func() {}))
-		synctest.Wait()
-		assert.Equal(t, 1, u.WaitingQueueSize())
-		release()
-		u.StopWait()
-	})
-}
-
-func TestSubmitCtxGivesUpWhenCtxIsDone(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, release := full(t)
-		defer func() { release(); p.StopWait() }()
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		err := p.SubmitCtx(ctx, func() { t.Error("a task given up on ran") })
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, time.Second, time.Since(start))
-
-		assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.DeadlineExceeded, "a done ctx fails at once")
-		assert.Equal(t, uint64(2), p.Status().Submitted, "neither was accepted")
-	})
-}
-
-func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
-	p := workerpool.New(1)
-	defer p.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.Canceled)
-	assert.NoError(t, p.SubmitCtx(context.Background(), func() {}))
-	p.Stop()
-	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), workerpool.ErrStopped, "a stopped pool says so, whatever the ctx")
-}
-
 func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2)
@@ -387,13 +273,6 @@ func TestStatusCountersBalanceAtRest(t *testing.T) {
 		assert.Zero(t, s.Workers)
 		assertBalanced(t, s)
 	})
-}
-
-func TestStringers(t *testing.T) {
-	assert.Equal(t, []string{"running", "paused", "stopping", "stopped", "State(9)"},
-		[]string{workerpool.Running.String(), workerpool.Paused.String(), workerpool.Stopping.String(), workerpool.Stopped.String(), workerpool.State(9).String()})
-	assert.Equal(t, []string{"block", "reject", "caller-runs", "Overflow(9)"},
-		[]string{workerpool.Block.String(), workerpool.Reject.String(), workerpool.CallerRuns.String(), workerpool.Overflow(9).String()})
 }
 
 // Once Pause returns, Status says Paused: the dispatcher records the state

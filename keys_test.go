@@ -113,47 +113,6 @@ func TestTheSameKeyOnAnotherQueueIsAnotherKey(t *testing.T) {
 	})
 }
 
-func TestAKeyedTaskNeverRunsInItsSubmitter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
-		block := make(chan struct{})
-		require.NoError(t, p.SubmitKey("k", func() { <-block }))
-		require.NoError(t, p.SubmitKey("k", func() {})) // waits for k: the queue is full
-		returned := make(chan error)
-		go func() { returned <- p.SubmitKey("k", func() {}) }()
-		synctest.Wait()
-		select {
-		case <-returned:
-			t.Fatal("a keyed task ran in its submitter, or was refused")
-		default:
-		}
-		close(block)
-		assert.NoError(t, <-returned, "it waited for room instead")
-		p.StopWait()
-		assert.Equal(t, uint64(3), p.Status().Completed)
-	})
-}
-
-func TestSubmitKeyAllocatesNothingOnceWarm(t *testing.T) {
-	p := workerpool.New(4)
-	defer p.Stop()
-	task := func() {}
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = fmt.Sprint("key-", i)
-	}
-	run := func(pick func(i int) string) float64 {
-		i := 0
-		return testing.AllocsPerRun(10000, func() {
-			_ = p.SubmitKey(pick(i), task)
-			i++
-		})
-	}
-	run(func(i int) string { return keys[i%len(keys)] }) // warm up
-	assert.Zero(t, run(func(i int) string { return keys[i%len(keys)] }), "many distinct keys")
-	assert.Zero(t, run(func(i int) string { return keys[i%3] }), "a few hot keys")
-}
-
 // TestAnIdleKeyCostsNothing queues tasks with a hundred thousand distinct
 // keys on a paused pool, runs them, and checks that the heap goes back to
 // where it started: no key keeps memory once its tasks are done.

@@ -1,10 +1,8 @@
 package workerpool_test
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -25,69 +23,6 @@ var stoppers = []struct {
 	{"Stop", func(p *workerpool.Pool) { p.Stop() }},
 	{"StopWait", (*workerpool.Pool).StopWait},
 	{"Shutdown", func(p *workerpool.Pool) { _, _ = p.Shutdown(context.Background()) }},
-}
-
-func TestNewPanicsOnImpossibleConfiguration(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		max  int
-		opts []workerpool.Option
-	}{
-		{"zero max", 0, nil},
-		{"negative max", -3, nil},
-		{"nil option", 2, []workerpool.Option{nil}},
-		{"min above max", 2, []workerpool.Option{workerpool.WithMinWorkers(3)}},
-		{"negative min", 2, []workerpool.Option{workerpool.WithMinWorkers(-1)}},
-		{"negative queue bound", 2, []workerpool.Option{workerpool.WithMaxWaiting(-1)}},
-		{"unknown overflow", 2, []workerpool.Option{workerpool.WithOverflow(workerpool.Overflow(7))}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				assert.Regexp(t, `^workerpool: `, msg)
-			}()
-			workerpool.New(tc.max, tc.opts...)
-			t.Error("New did not panic")
-		})
-	}
-}
-
-func TestNewAcceptsBoundaryConfiguration(t *testing.T) {
-	p := workerpool.New(3, workerpool.WithMinWorkers(3), workerpool.WithMaxWaiting(0), workerpool.WithIdleTimeout(-1), workerpool.WithPanicHandler(nil))
-	defer p.Stop()
-	s := p.Status()
-	assert.Equal(t, 3, s.Workers, "MinWorkers workers start in New")
-	assert.Equal(t, 3, s.MinWorkers)
-	assert.Equal(t, 3, s.MaxWorkers)
-	assert.Equal(t, 3, p.Size())
-}
-
-func TestNilTaskIsRejected(t *testing.T) {
-	p := workerpool.New(1)
-	defer p.Stop()
-	assert.ErrorIs(t, p.Submit(nil), workerpool.ErrNilTask)
-	assert.ErrorIs(t, p.SubmitCtx(context.Background(), nil), workerpool.ErrNilTask)
-	assert.ErrorIs(t, p.TrySubmit(nil), workerpool.ErrNilTask)
-	assert.ErrorIs(t, p.SubmitWait(nil), workerpool.ErrNilTask)
-	assert.Zero(t, p.Status().Submitted)
-}
-
-func TestEverySubmitMethodFailsAfterStop(t *testing.T) {
-	for _, stop := range stoppers {
-		t.Run(stop.name, func(t *testing.T) {
-			p := workerpool.New(2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
-			stop.stop(p)
-			ran := false
-			task := func() { ran = true }
-			assert.True(t, p.Stopped())
-			assert.ErrorIs(t, p.Submit(task), workerpool.ErrStopped)
-			assert.ErrorIs(t, p.SubmitCtx(context.Background(), task), workerpool.ErrStopped)
-			assert.ErrorIs(t, p.TrySubmit(task), workerpool.ErrStopped)
-			assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrStopped)
-			assert.False(t, ran, "no task runs after stop, not even in the caller")
-			assert.Equal(t, workerpool.Stopped, p.Status().State)
-		})
-	}
 }
 
 func TestTasksStartInSubmissionOrder(t *testing.T) {
@@ -153,31 +88,6 @@ func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
 	})
 }
 
-func TestSubmitOfAPreparedFuncAllocatesNothing(t *testing.T) {
-	for _, n := range []int{1, 64} { // through the queue, and straight to workers
-		p := workerpool.New(n)
-		task := func() {}
-		allocs := testing.AllocsPerRun(10000, func() { _ = p.Submit(task) })
-		p.StopWait()
-		assert.Zero(t, allocs, "max %d workers", n)
-	}
-}
-
-func TestSubmitWaitAllocatesOneWaiter(t *testing.T) {
-	p := workerpool.New(4)
-	defer p.Stop()
-	task := func() {}
-	assert.Equal(t, 1.0, testing.AllocsPerRun(10000, func() { _ = p.SubmitWait(task) }))
-}
-
-func TestSubmitWaitReturnsAfterTheTask(t *testing.T) {
-	p := workerpool.New(2)
-	defer p.Stop()
-	x := 0
-	require.NoError(t, p.SubmitWait(func() { x = 42 }))
-	assert.Equal(t, 42, x, "the task's writes happen before SubmitWait returns") // -race checks it too
-}
-
 func TestSubmitWaitReportsAPanicAsPanicError(t *testing.T) {
 	p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { t.Error("a SubmitWait panic goes to its caller, not the handler") }))
 	defer p.Stop()
@@ -203,16 +113,6 @@ func TestPanicHandlerGetsFireAndForgetPanics(t *testing.T) {
 	p.StopWait()
 	assert.Equal(t, "boom", pe.Value)
 	assert.NotEmpty(t, pe.Stack)
-}
-
-func TestDefaultPanicHandlerLogsWithSlog(t *testing.T) {
-	var buf bytes.Buffer
-	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	p := workerpool.New(1)
-	require.NoError(t, p.Submit(func() { panic("boom") }))
-	p.StopWait()
-	assert.Contains(t, buf.String(), `msg="workerpool: task panicked" panic=boom stack=`)
 }
 
 func TestPanicsAndGoexitKeepFullCapacity(t *testing.T) {

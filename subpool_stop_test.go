@@ -142,42 +142,6 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.Zero(t, st.Busy)
 }
 
-// A sub-pool's task never runs in its submitter, so its limit holds under
-// CallerRuns: with its one place taken and the queue full, the next
-// submission waits for room rather than run beside the first (the review's
-// case: limit 1, WithMaxWaiting(1)).
-func TestASubpoolsLimitHoldsUnderCallerRuns(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
-		defer p.StopWait()
-		s := p.Subpool("s", 1)
-		var running, most atomic.Int32
-		block := make(chan struct{})
-		task := func() {
-			most.Store(max(most.Load(), running.Add(1)))
-			<-block
-			running.Add(-1)
-		}
-		require.NoError(t, s.Submit(task)) // runs
-		require.NoError(t, s.Submit(task)) // waits: the queue is full
-		synctest.Wait()
-		submitted := make(chan error)
-		go func() { submitted <- s.Submit(task) }()
-		synctest.Wait()
-		assert.Equal(t, int32(1), running.Load(), "one of the sub-pool's tasks runs")
-		select {
-		case err := <-submitted:
-			t.Fatalf("the third submission returned %v while the queue was full", err)
-		default: // it waits for room
-		}
-		close(block)
-		require.NoError(t, <-submitted)
-		synctest.Wait()
-		assert.Equal(t, int32(1), most.Load(), "never more than the sub-pool's limit at once")
-		assert.Equal(t, uint64(3), s.Status().Completed)
-	})
-}
-
 // A pool's task may stop an idle sub-pool after the pool's StopWait has
 // emptied the queue: the sub-pool's Stop waits for its own tasks only, not
 // for the pool to finish, which waits for the calling task.
