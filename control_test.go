@@ -192,54 +192,6 @@ func TestResizePanicsOnImpossibleSize(t *testing.T) {
 	assert.NotPanics(t, func() { p.Resize(2) })
 }
 
-func TestIdleWorkersExitWithinTwoTimeoutsButNotBelowMinimum(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const timeout = time.Second
-		p := workerpool.New(8, workerpool.WithMinWorkers(2), workerpool.WithIdleTimeout(timeout))
-		release := hold(t, p, 8)
-		time.Sleep(timeout / 3)
-		release()
-		synctest.Wait()
-		idleAt := time.Now()
-		require.Equal(t, 8, p.Status().Idle)
-
-		time.Sleep(timeout - 1)
-		assert.Equal(t, 8, p.Status().Workers, "no worker exits before one idle timeout")
-		time.Sleep(time.Until(idleAt.Add(2 * timeout)))
-		synctest.Wait()
-		assert.Equal(t, 2, p.Status().Workers, "idle workers exit within two timeouts, down to MinWorkers")
-		time.Sleep(time.Hour)
-		assert.Equal(t, 2, p.Status().Workers, "MinWorkers are never reaped")
-		p.Stop()
-	})
-}
-
-func TestWorkersInUseAreNotReaped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second))
-		release := hold(t, p, 1)
-		for range 10 { // the second worker never idles a full timeout
-			require.NoError(t, p.SubmitWait(func() {}))
-			time.Sleep(time.Second / 2)
-		}
-		assert.Equal(t, 2, p.Status().Workers)
-		release()
-		p.Stop()
-	})
-}
-
-func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
-		release := hold(t, p, 4)
-		synctest.Wait() // four workers busy, not three and one handed the fourth task
-		release()
-		time.Sleep(24 * time.Hour)
-		assert.Equal(t, 4, p.Status().Workers)
-		p.Stop()
-	})
-}
-
 func TestStatusCountersBalanceAtRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithMaxWaiting(3), workerpool.WithOverflow(workerpool.Reject), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))

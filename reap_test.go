@@ -15,6 +15,54 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
+func TestIdleWorkersExitWithinTwoTimeoutsButNotBelowMinimum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = time.Second
+		p := workerpool.New(8, workerpool.WithMinWorkers(2), workerpool.WithIdleTimeout(timeout))
+		release := hold(t, p, 8)
+		time.Sleep(timeout / 3)
+		release()
+		synctest.Wait()
+		idleAt := time.Now()
+		require.Equal(t, 8, p.Status().Idle)
+
+		time.Sleep(timeout - 1)
+		assert.Equal(t, 8, p.Status().Workers, "no worker exits before one idle timeout")
+		time.Sleep(time.Until(idleAt.Add(2 * timeout)))
+		synctest.Wait()
+		assert.Equal(t, 2, p.Status().Workers, "idle workers exit within two timeouts, down to MinWorkers")
+		time.Sleep(time.Hour)
+		assert.Equal(t, 2, p.Status().Workers, "MinWorkers are never reaped")
+		p.Stop()
+	})
+}
+
+func TestWorkersInUseAreNotReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second))
+		release := hold(t, p, 1)
+		for range 10 { // the second worker never idles a full timeout
+			require.NoError(t, p.SubmitWait(func() {}))
+			time.Sleep(time.Second / 2)
+		}
+		assert.Equal(t, 2, p.Status().Workers)
+		release()
+		p.Stop()
+	})
+}
+
+func TestNegativeIdleTimeoutNeverReaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
+		release := hold(t, p, 4)
+		synctest.Wait() // four workers busy, not three and one handed the fourth task
+		release()
+		time.Sleep(24 * time.Hour)
+		assert.Equal(t, 4, p.Status().Workers)
+		p.Stop()
+	})
+}
+
 // goroutineID returns the calling goroutine's id, which names the worker
 // that runs a task.
 func goroutineID() int {
@@ -88,4 +136,35 @@ func TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly(t *testing.T) {
 		assert.Equal(t, 1, p.Status().Workers, "B exits within two timeouts")
 		p.Stop()
 	})
+}
+
+// Guarantee 8: "no worker exits before it has been idle for one [timeout]:
+// not ... nor when one sits in a slow panic handler". The existing test
+// covers a plain Submit's panic; here the panicking task is a Local.Submit
+// task (a waiter internally), whose worker is stamped idle before the
+// handler runs, so the reaper counts it idle and quits the parked worker
+// instead, after 0.2s of idleness.
+func TestSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
+	for _, kind := range []string{"Submit", "Local.Submit"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(10 * time.Second) }))
+				defer p.Stop()
+				local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
+				if kind == "Submit" {
+					_ = p.Submit(func() { panic("a") })
+				} else {
+					_ = local.Submit(p, func(int) { panic("a") })
+				}
+				_ = p.Submit(func() { time.Sleep(2800 * time.Millisecond) }) // the other worker: idle from 2.8s
+				synctest.Wait()
+				time.Sleep(3200 * time.Millisecond) // t=3.2s: the other has been idle 0.4s
+				synctest.Wait()
+				if w := p.Status().Workers; w != 2 {
+					t.Errorf("at t=3.2s a worker idle for 0.4s (timeout 1s) was reaped while the other sat in a slow panic handler: Workers=%d, want 2", w)
+				}
+			})
+		})
+	}
 }

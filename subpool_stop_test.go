@@ -282,56 +282,6 @@ func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
 	}
 }
 
-// A keyed or sub-pool task that panics or calls runtime.Goexit frees its
-// key and its place under the sub-pool's limit like any other, whether the
-// panic handler returns or itself calls runtime.Goexit: the next task with
-// its key runs, and the sub-pool's Status counts it.
-func TestAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T) {
-	for _, handler := range []struct {
-		name string
-		h    func(*workerpool.PanicError)
-	}{
-		{"handler returns", func(*workerpool.PanicError) {}},
-		{"handler calls Goexit", func(*workerpool.PanicError) { runtime.Goexit() }},
-	} {
-		t.Run(handler.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testAPanicOrGoexitFreesItsKeyAndItsPlace(t, handler.h) })
-		})
-	}
-}
-
-func testAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T, handler func(*workerpool.PanicError)) {
-	p := workerpool.New(2, workerpool.WithPanicHandler(handler))
-	s := p.Subpool("s", 1)
-	var mu sync.Mutex
-	var order []string
-	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-	for _, to := range []workerpool.Submitter{p, s} {
-		k := fmt.Sprintf("%T", to)
-		require.NoError(t, to.SubmitKey(k, func() { note(k + " panics"); panic("boom") }))
-		require.NoError(t, to.SubmitKey(k, func() { note(k + " exits"); runtime.Goexit() }))
-		require.NoError(t, to.SubmitKey(k, func() { note(k + " runs") }))
-	}
-	require.NoError(t, s.Submit(func() { panic("unkeyed") }))
-	require.NoError(t, s.Submit(func() { runtime.Goexit() }))
-	require.NoError(t, s.SubmitWait(func() {}), "the sub-pool's one place is free again")
-	p.StopWait()
-	for _, k := range []string{"*workerpool.Pool", "*workerpool.Subpool"} {
-		i := index(order, k+" panics")
-		require.GreaterOrEqual(t, i, 0, order)
-		assert.Less(t, i, index(order, k+" exits"))
-		assert.Less(t, index(order, k+" exits"), index(order, k+" runs"))
-	}
-	st := s.Status()
-	assert.Equal(t, uint64(6), st.Completed)
-	assert.Equal(t, uint64(2), st.Panicked)
-	assert.Zero(t, st.Busy)
-	assert.Equal(t, uint64(3), p.Status().Panicked, "the pool counts every panic")
-	ps := p.Status()
-	assert.Equal(t, ps.Submitted, ps.Completed, "at rest: %+v", ps)
-	assert.Zero(t, ps.Workers, "no worker left")
-}
-
 // TestASubpoolsStopEscalatesItsStopWait: a sub-pool's Stop during its
 // StopWait drops the tasks left and both return once the running one ends.
 func TestASubpoolsStopEscalatesItsStopWait(t *testing.T) {
