@@ -2,6 +2,8 @@ package workerpool_test
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 )
+
+// The tests of Pause and Resize.
 
 func TestPauseWaitsForRunningTasksAndHoldsNewOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -100,6 +104,29 @@ func TestStopEndsPauses(t *testing.T) {
 		})
 	}
 }
+
+func TestPauseHoldsSubpoolsAndKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 2)
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		var ran atomic.Int64
+		require.NoError(t, a.Submit(func() { ran.Add(1) }))
+		require.NoError(t, a.SubmitKey("k", func() { ran.Add(1) }))
+		require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
+		time.Sleep(time.Hour)
+		assert.Zero(t, ran.Load())
+		assert.Equal(t, 2, a.Status().Waiting)
+		assert.Equal(t, workerpool.Paused, a.Status().State)
+		resume()
+		p.StopWait()
+		assert.Equal(t, int64(3), ran.Load())
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Resize.
 
 func TestResizeUpStartsWorkersForWaitingTasks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -192,53 +219,348 @@ func TestResizePanicsOnImpossibleSize(t *testing.T) {
 	assert.NotPanics(t, func() { p.Resize(2) })
 }
 
-func TestStatusCountersBalanceAtRest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2, workerpool.WithMaxWaiting(3), workerpool.WithOverflow(workerpool.Reject), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
-		for range 4 {
-			require.NoError(t, p.SubmitWait(func() {}))
+// ---------------------------------------------------------------------------
+// Resize down as workers finish, exit or panic: the surplus drains away and
+// the pool goes on.
+
+// TestResizeDownAsWorkersComeFree: "lowering it makes idle workers
+// above n exit at once and busy ones as their task ends". Both workers
+// finish tiny tasks as Resize(1) lowers the maximum; afterwards a task
+// must still run.
+func TestResizeDownAsWorkersComeFree(t *testing.T) {
+	for round := range 3000 {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+		gate := make(chan struct{})
+		for range 2 {
+			atkNoErr(t, p.Submit(func() { <-gate }))
 		}
-		require.NoError(t, p.Submit(func() { panic("boom") }))
-		synctest.Wait()
-		release := hold(t, p, 5) // 2 busy, 3 waiting
-		assert.ErrorIs(t, p.Submit(func() {}), workerpool.ErrQueueFull)
-		synctest.Wait()
+		for p.Status().Busy < 2 {
+			runtime.Gosched()
+		}
+		close(gate)
+		p.Resize(1)
+		ran := make(chan struct{})
+		atkNoErr(t, p.Submit(func() { close(ran) }))
+		select {
+		case <-ran:
+		case <-time.After(2 * time.Second):
+			st := p.Status()
+			t.Fatalf("round %d: a task submitted after Resize(1) has not started 2s later (Workers %d, Busy %d, Idle %d, Waiting %d, MaxWorkers %d)", round, st.Workers, st.Busy, st.Idle, st.Waiting, st.MaxWorkers)
+		}
+		p.Stop()
+	}
+}
 
-		s := p.Status()
-		assert.Equal(t, workerpool.Status{
-			State: workerpool.Running, MaxWorkers: 2, MinWorkers: 0,
-			Workers: 2, Busy: 2, Idle: 0, Waiting: 3,
-			PeakWorkers: 2, PeakWaiting: 3,
-			Submitted: 10, Completed: 5, Panicked: 1,
-			Rejected: 1, Abandoned: 0,
-		}, s)
-		assertBalanced(t, s)
+// A11. Resize down at the instant workers finish their tasks, with no
+// reaping: "lowering it makes idle workers above n exit at once and busy
+// ones as their task ends". Then a task submitted must run.
+func TestResizeDownAsWorkersFinish(t *testing.T) {
+	stuck := 0
+	const rounds = 300
+	for round := range rounds {
+		const w = 6
+		p := workerpool.New(w, workerpool.WithIdleTimeout(-1))
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for range w {
+			wg.Add(1)
+			p.Submit(func() { wg.Done(); <-release })
+		}
+		wg.Wait() // the tasks are running
+		close(release)
+		if round%2 == 1 {
+			time.Sleep(time.Duration(round%7) * time.Microsecond)
+		}
+		p.Resize(1)
+		done := make(chan error, 1)
+		go func() { done <- p.SubmitWait(func() {}) }()
+		select {
+		case <-done:
+			p.Stop()
+		case <-time.After(500 * time.Millisecond):
+			stuck++
+			if stuck <= 2 {
+				t.Errorf("round %d: after Resize(1), a task did not start within 500ms: %+v", round, p.Status())
+			}
+			p.Stop()
+			<-done
+		}
+	}
+	if stuck > 0 {
+		t.Errorf("%d/%d rounds stuck", stuck, rounds)
+	}
+}
 
-		stopped := make(chan []func())
-		go func() { stopped <- p.Stop() }()
+// AttackResizeDownRace: the busy tasks end just as the pool applies
+// Resize(1) (they spin until Size() says 1). Promise: busy surplus workers
+// exit as their task ends, "also when nothing else happens afterwards".
+func TestResizeDownRacingTaskEnds(t *testing.T) {
+	rounds := 200
+	bad := 0
+	for r := range rounds {
+		func() {
+			const n = 4
+			p := workerpool.New(n, workerpool.WithIdleTimeout(-1))
+			defer func() {
+				p.Resize(n) // unstick whatever the round left
+				p.Stop()
+			}()
+			var started sync.WaitGroup
+			started.Add(n)
+			for range n {
+				_ = p.Submit(func() {
+					started.Done()
+					for p.Size() != 1 {
+						runtime.Gosched()
+					}
+				})
+			}
+			started.Wait()
+			p.Resize(1)
+			// Let everything settle on the real clock.
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) {
+				if s := p.Status(); s.Workers == 1 && s.Busy == 0 {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			s := p.Status()
+			bad++
+			if bad <= 3 {
+				t.Errorf("round %d: 2s after Resize(1) with every task ended: Workers=%d Busy=%d Idle=%d MaxWorkers=%d", r, s.Workers, s.Busy, s.Idle, s.MaxWorkers)
+			}
+			// And does a new task start?
+			ran := make(chan struct{})
+			_ = p.Submit(func() { close(ran) })
+			if !waitOrTimeout(ran, time.Second) && bad <= 3 {
+				t.Errorf("round %d: a new task did not start within 1s; status %+v", r, p.Status())
+			}
+		}()
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds left surplus idle workers", bad, rounds)
+	}
+}
+
+// Resize down under a flood of submissions on an unbounded queue: the
+// dispatcher takes up to 64 messages in a row after the Resize before it
+// tells the workers to retire, and a worker that finishes meanwhile parks.
+// Promise: surplus workers drain away as their tasks end, and every task
+// queued runs (no reaping here to rescue it).
+func TestResizeDownUnderAFlood(t *testing.T) {
+	rounds, bad := rounds(100), 0
+	for r := range rounds {
+		func() {
+			const n = 4
+			p := workerpool.New(n, workerpool.WithIdleTimeout(-1))
+			defer func() { p.Resize(n); p.Stop() }()
+			var ran, accepted atomic.Int64 // settle: 1s
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if p.Submit(func() { ran.Add(1) }) == nil {
+							accepted.Add(1)
+						}
+					}
+				})
+			}
+			for ran.Load() < 2000 {
+				runtime.Gosched()
+			}
+			p.Resize(1)
+			close(stop)
+			wg.Wait()
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) && (ran.Load() < accepted.Load() || p.Status().Workers > 1) {
+				time.Sleep(time.Millisecond)
+			}
+			if s := p.Status(); ran.Load() < accepted.Load() || s.Workers > 1 {
+				bad++
+				if bad <= 3 {
+					t.Errorf("round %d: 1s after Resize(1): ran %d of %d accepted; Workers %d Busy %d Waiting %d", r, ran.Load(), accepted.Load(), s.Workers, s.Busy, s.Waiting)
+				}
+				if ran.Load() < accepted.Load() {
+					done := make(chan struct{})
+					go func() { p.StopWait(); close(done) }()
+					if !waitOrTimeout(done, 500*time.Millisecond) {
+						if bad <= 3 {
+							t.Errorf("round %d: and StopWait blocks (0.5s so far); status %+v", r, p.Status())
+						}
+						p.Resize(n) // lets it finish
+						<-done
+					}
+				}
+			}
+		}()
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds stalled or kept surplus workers", bad, rounds)
+	}
+}
+
+// AttackResizeDownGoexit: two busy workers, Resize(1), both tasks call
+// runtime.Goexit. Promise: busy surplus workers exit as their task ends;
+// workers drain down to the maximum, and the pool keeps working.
+func TestResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+		release := make(chan struct{})
+		for range 2 {
+			if err := p.Submit(func() { <-release; runtime.Goexit() }); err != nil {
+				t.Fatal(err)
+			}
+		}
 		synctest.Wait()
-		release()
-		assert.Len(t, <-stopped, 3, "Stop drops the waiting tasks and lets running ones finish")
-		s = p.Status()
-		assert.Equal(t, uint64(3), s.Abandoned)
-		assert.Equal(t, workerpool.Stopped, s.State)
-		assert.Zero(t, s.Workers)
-		assertBalanced(t, s)
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		if s := p.Status(); s.Workers != 1 {
+			t.Errorf("after Resize(1) and both tasks ended (Goexit): Workers = %d, want 1 (status %+v)", s.Workers, s)
+		}
+		// Does the pool still run tasks?
+		ran := make(chan struct{})
+		if err := p.Submit(func() { close(ran) }); err != nil {
+			t.Fatal(err)
+		}
+		if !waitOrTimeout(ran, time.Hour) {
+			t.Errorf("a task submitted after the Goexits did not start within an hour (fake clock); status %+v", p.Status())
+		}
+		stopped := make(chan struct{})
+		go func() { p.StopWait(); close(stopped) }()
+		if !waitOrTimeout(stopped, time.Hour) {
+			t.Errorf("StopWait did not return within an hour (fake clock); status %+v", p.Status())
+			p.Resize(2) // unstick, so the bubble can end
+			<-stopped
+		}
 	})
 }
 
-// Once Pause returns, Status says Paused: the dispatcher records the state
-// before it lets Pause return. Real scheduler, many times over: a Status
-// read the moment Pause returns must not see the state before it.
-func TestStatusSaysPausedOncePauseReturns(t *testing.T) {
-	p := workerpool.New(2)
-	defer p.Stop()
-	for i := range 20000 {
-		ctx, resume := context.WithCancel(context.Background())
-		p.Pause(ctx)
-		if s := p.Status().State; s != workerpool.Paused {
-			t.Fatalf("pause %d: State = %v once Pause returned", i, s)
+// Same as above, but the tasks panic and the panic handler calls
+// runtime.Goexit (as t.Fatal would), which the docs allow: "The pool keeps
+// its full capacity either way, even if h calls runtime.Goexit".
+func TestResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
+		release := make(chan struct{})
+		for range 2 {
+			if err := p.Submit(func() { <-release; panic("boom") }); err != nil {
+				t.Fatal(err)
+			}
 		}
-		resume()
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		if s := p.Status(); s.Workers != 1 {
+			t.Errorf("Workers = %d after Resize(1) and both tasks ended, want 1", s.Workers)
+		}
+		done := make(chan struct{})
+		go func() { _ = p.SubmitWait(func() {}); close(done) }()
+		if !waitOrTimeout(done, time.Hour) {
+			t.Errorf("SubmitWait blocked for an hour (fake clock) on a running pool; status %+v", p.Status())
+			p.Resize(2)
+			<-done
+		}
+		p.StopWait()
+	})
+}
+
+// A11b. Deterministic: busy workers made surplus by Resize, whose tasks
+// call runtime.Goexit ("costs no capacity"), must still retire as their
+// task ends; then the next task must run.
+func TestResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
+	for _, exit := range []string{"return", "panic", "Goexit", "handlerGoexit"} {
+		t.Run(exit, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(3, workerpool.WithIdleTimeout(-1),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) {
+						if exit == "handlerGoexit" {
+							runtime.Goexit()
+						}
+					}))
+				defer p.Stop()
+				release := make(chan struct{})
+				for range 3 {
+					p.Submit(func() {
+						<-release
+						switch exit {
+						case "panic", "handlerGoexit":
+							panic("x")
+						case "Goexit":
+							runtime.Goexit()
+						}
+					})
+				}
+				synctest.Wait()
+				p.Resize(1) // all three busy: they retire as their tasks end
+				close(release)
+				synctest.Wait()
+				ran := make(chan struct{})
+				p.Submit(func() { close(ran) })
+				synctest.Wait()
+				select {
+				case <-ran:
+				default:
+					t.Errorf("after Resize(1) and the tasks' end, a new task does not run: %s; Workers=%d MaxWorkers=%d",
+						fmtStatus(p.Status()), p.Status().Workers, p.Status().MaxWorkers)
+				}
+			})
+		})
 	}
+}
+
+// With the default idle timeout the stall ends when the reaper quits the
+// idle surplus worker: measure how long a task waits.
+func TestResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.StopWait()
+		release := make(chan struct{})
+		for range 2 {
+			_ = p.Submit(func() { <-release; runtime.Goexit() })
+		}
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		start := time.Now()
+		if err := p.SubmitWait(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 0 {
+			t.Errorf("a task on a pool with idle workers waited %v (fake clock) before it started; workers now %d", waited, p.Status().Workers)
+		}
+	})
+}
+
+// A11c. The same with reaping on: how long the task waits.
+func TestResizeDownThenGoexitWithReaping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(3, workerpool.WithIdleTimeout(time.Second))
+		defer p.Stop()
+		release := make(chan struct{})
+		for range 3 {
+			p.Submit(func() { <-release; runtime.Goexit() })
+		}
+		synctest.Wait()
+		p.Resize(1)
+		close(release)
+		synctest.Wait()
+		start := time.Now()
+		if err := p.SubmitWait(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 0 {
+			t.Errorf("the task waited %v (bubble time) for a worker, with 3 idle workers and MaxWorkers 1", took)
+		}
+	})
 }

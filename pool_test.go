@@ -2,10 +2,8 @@ package workerpool_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,42 +44,5 @@ func TestTasksStartInSubmissionOrder(t *testing.T) {
 			want[i] = i
 		}
 		assert.Equal(t, want, order)
-	})
-}
-
-func TestNeverMoreThanMaxTasksRunAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const max = 4
-		p := workerpool.New(max)
-		var running, peak atomic.Int64
-		for i := range 200 {
-			require.NoError(t, p.Submit(func() {
-				n := running.Add(1)
-				for {
-					old := peak.Load()
-					if n <= old || peak.CompareAndSwap(old, n) {
-						break
-					}
-				}
-				time.Sleep(time.Duration(i%7) * time.Millisecond)
-				running.Add(-1)
-			}))
-		}
-		p.StopWait()
-		assert.Equal(t, int64(max), peak.Load(), "peak concurrency reaches the maximum and no more")
-		assert.Equal(t, max, p.Status().PeakWorkers)
-		assert.Equal(t, uint64(200), p.Status().Completed)
-	})
-}
-
-func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(8)
-		for range 10 {
-			require.NoError(t, p.Submit(func() {}))
-			synctest.Wait() // the worker is back and idle
-		}
-		assert.Equal(t, 1, p.Status().Workers, "sequential tasks reuse the idle worker")
-		p.Stop()
 	})
 }

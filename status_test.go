@@ -2,11 +2,13 @@ package workerpool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -255,3 +257,351 @@ func TestATaskThatWaitedNoLongerCountsAsWaitingOnceItsSubmitWaitReturns(t *testi
 		require.Equal(t, s.Submitted, s.Completed, "%+v", s)
 	}
 }
+
+func TestStatusCountersBalanceAtRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(3), workerpool.WithOverflow(workerpool.Reject), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+		for range 4 {
+			require.NoError(t, p.SubmitWait(func() {}))
+		}
+		require.NoError(t, p.Submit(func() { panic("boom") }))
+		synctest.Wait()
+		release := hold(t, p, 5) // 2 busy, 3 waiting
+		assert.ErrorIs(t, p.Submit(func() {}), workerpool.ErrQueueFull)
+		synctest.Wait()
+
+		s := p.Status()
+		assert.Equal(t, workerpool.Status{
+			State: workerpool.Running, MaxWorkers: 2, MinWorkers: 0,
+			Workers: 2, Busy: 2, Idle: 0, Waiting: 3,
+			PeakWorkers: 2, PeakWaiting: 3,
+			Submitted: 10, Completed: 5, Panicked: 1,
+			Rejected: 1, Abandoned: 0,
+		}, s)
+		assertBalanced(t, s)
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		assert.Len(t, <-stopped, 3, "Stop drops the waiting tasks and lets running ones finish")
+		s = p.Status()
+		assert.Equal(t, uint64(3), s.Abandoned)
+		assert.Equal(t, workerpool.Stopped, s.State)
+		assert.Zero(t, s.Workers)
+		assertBalanced(t, s)
+	})
+}
+
+// Once Pause returns, Status says Paused: the dispatcher records the state
+// before it lets Pause return. Real scheduler, many times over: a Status
+// read the moment Pause returns must not see the state before it.
+func TestStatusSaysPausedOncePauseReturns(t *testing.T) {
+	p := workerpool.New(2)
+	defer p.Stop()
+	for i := range 20000 {
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		if s := p.Status().State; s != workerpool.Paused {
+			t.Fatalf("pause %d: State = %v once Pause returned", i, s)
+		}
+		resume()
+	}
+}
+
+// AttackStatusRange: a monitor takes snapshots of the pool's and a
+// sub-pool's Status while everything churns at once: submissions of every
+// kind (some panicking, some calling Goexit, keyed, Calls whose ctx ends,
+// Groups cancelled), Resize up and down, Pause, reaping on a 1ms idle
+// timeout, a bounded queue under Reject. Every snapshot must be in range and
+// no counter may fall; at rest after StopWait the counters balance.
+func TestStatusRangeUnderChurn(t *testing.T) {
+	const bound = 16
+	p := workerpool.New(4, workerpool.WithIdleTimeout(time.Millisecond), workerpool.WithMaxWaiting(bound),
+		workerpool.WithOverflow(workerpool.Reject), workerpool.WithMinWorkers(1),
+		workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+	s := p.Subpool("s", 2)
+	stop := make(chan struct{})
+	var problems sync.Map
+	report := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		key := msg
+		if len(key) > 60 {
+			key = key[:60]
+		}
+		problems.LoadOrStore(key, msg)
+	}
+	check := func(who string, prev, cur workerpool.Status, isSub bool) {
+		if !isSub {
+			if cur.Busy < 0 || cur.Busy > cur.Workers {
+				report("%s: Busy %d Workers %d", who, cur.Busy, cur.Workers)
+			}
+			if cur.Idle != cur.Workers-cur.Busy {
+				report("%s: Idle %d != Workers %d - Busy %d", who, cur.Idle, cur.Workers, cur.Busy)
+			}
+			if cur.Workers > cur.PeakWorkers {
+				report("%s: Workers %d > PeakWorkers %d", who, cur.Workers, cur.PeakWorkers)
+			}
+			if cur.Workers > 4 {
+				report("%s: Workers %d > 4 ever", who, cur.Workers)
+			}
+		}
+		if cur.Waiting < 0 || cur.Waiting > cur.PeakWaiting || cur.PeakWaiting > bound {
+			report("%s: Waiting %d PeakWaiting %d bound %d", who, cur.Waiting, cur.PeakWaiting, bound)
+		}
+		if cur.Completed > cur.Submitted || cur.Panicked > cur.Completed {
+			report("%s: Panicked %d Completed %d Submitted %d", who, cur.Panicked, cur.Completed, cur.Submitted)
+		}
+		type c struct {
+			name      string
+			prev, cur uint64
+		}
+		for _, x := range []c{
+			{"Submitted", prev.Submitted, cur.Submitted}, {"Completed", prev.Completed, cur.Completed},
+			{"Panicked", prev.Panicked, cur.Panicked}, {"Rejected", prev.Rejected, cur.Rejected},
+			{"Abandoned", prev.Abandoned, cur.Abandoned}, {"Canceled", prev.Canceled, cur.Canceled},
+			{"PeakWorkers", uint64(prev.PeakWorkers), uint64(cur.PeakWorkers)},
+			{"PeakWaiting", uint64(prev.PeakWaiting), uint64(cur.PeakWaiting)},
+		} {
+			if x.cur < x.prev {
+				report("%s: %s fell from %d to %d", who, x.name, x.prev, x.cur)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			var pp, sp workerpool.Status
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runtime.Gosched()
+				ps, ss := p.Status(), s.Status()
+				check("pool", pp, ps, false)
+				check("subpool", sp, ss, true)
+				pp, sp = ps, ss
+			}
+		})
+	}
+	var churn sync.WaitGroup
+	for g := range 6 {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var to workerpool.Submitter = p
+				if (i+g)%3 == 0 {
+					to = s
+				}
+				switch (i + g) % 8 {
+				case 0:
+					_ = to.Submit(func() {})
+				case 1:
+					_ = to.Submit(func() { panic("x") })
+				case 2:
+					_ = to.Submit(func() { runtime.Goexit() })
+				case 3:
+					_ = to.SubmitKey("k", func() { time.Sleep(10 * time.Microsecond) })
+				case 4:
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%50)*time.Microsecond)
+					_, _ = workerpool.Call(ctx, to, func(ctx context.Context) (int, error) { return 0, nil })
+					cancel()
+				case 5:
+					ctx, cancel := context.WithCancel(context.Background())
+					grp := p.Group(ctx)
+					for range 4 {
+						grp.Go(func(context.Context) error { return nil })
+					}
+					cancel()
+					_ = grp.Wait()
+				case 6:
+					_ = to.SubmitWait(func() {})
+				case 7:
+					_ = to.TrySubmit(func() { time.Sleep(time.Microsecond) })
+				}
+			}
+		})
+	}
+	churn.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			switch i % 4 {
+			case 0:
+				p.Resize(1 + (i/4)%4)
+			case 1:
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Microsecond)
+				p.Pause(ctx)
+				cancel()
+			case 2:
+				s.Resize(1 + i%3)
+			case 3:
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+	})
+	time.Sleep(time.Duration(rounds(4)) * time.Second / 4)
+	close(stop)
+	churn.Wait()
+	wg.Wait()
+	p.Resize(4)
+	done := make(chan struct{})
+	go func() { p.StopWait(); close(done) }()
+	if !waitOrTimeout(done, 5*time.Second) {
+		t.Fatalf("StopWait did not return in 5s; status %+v", p.Status())
+	}
+	st, ss := p.Status(), s.Status()
+	if st.Submitted != st.Completed+st.Abandoned+st.Canceled+uint64(st.Waiting)+uint64(st.Busy) {
+		t.Errorf("pool at rest: Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+			st.Submitted, st.Completed, st.Abandoned, st.Canceled, st.Waiting, st.Busy)
+	}
+	if ss.Submitted != ss.Completed+ss.Abandoned+ss.Canceled+uint64(ss.Waiting)+uint64(ss.Busy) {
+		t.Errorf("subpool at rest: Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+			ss.Submitted, ss.Completed, ss.Abandoned, ss.Canceled, ss.Waiting, ss.Busy)
+	}
+	problems.Range(func(_, v any) bool { t.Error(v); return true })
+	t.Logf("pool %+v", st)
+}
+
+// At rest (after synctest.Wait) the counters balance, for the pool and each
+// sub-pool, after every step of a random mix that FuzzPool does not make:
+// Local.Submit and CallWith (open failing or panicking), Calls and Groups
+// whose ctx ends while they wait or run, Maps, Futures, Pause, Resize.
+func TestStatusBalancesAtRestWithCallsGroupsAndLocals(t *testing.T) {
+	var results []string
+	var results0 string
+	for seed := range 40 {
+		synctest.Test(t, func(*testing.T) {
+			rng := newRand(uint64(seed))
+			var opens atomic.Int32
+			local := workerpool.NewLocal(func() (int, error) {
+				n := opens.Add(1)
+				switch n % 5 {
+				case 3:
+					return 0, errors.New("open failed")
+				case 4:
+					panic("open panicked")
+				}
+				return int(n), nil
+			}, nil)
+			p := workerpool.New(3, workerpool.WithIdleTimeout(time.Second), workerpool.WithMaxWaiting(6),
+				workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+			s := p.Subpool("s", 2)
+			subs := []workerpool.Submitter{p, s}
+			var wg sync.WaitGroup
+			for step := range 60 {
+				to := subs[rng.intn(2)]
+				d := time.Duration(rng.intn(5)) * 100 * time.Millisecond
+				sleep := func() { time.Sleep(d) }
+				switch rng.intn(12) {
+				case 0:
+					_ = to.TrySubmit(sleep)
+				case 1:
+					_ = to.TrySubmit(func() { sleep(); panic("p") })
+				case 2:
+					_ = to.TrySubmit(func() { sleep(); runtime.Goexit() })
+				case 3:
+					wg.Go(func() { _ = local.Submit(to, func(int) { sleep() }) })
+				case 4:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.CallWith(ctx, to, local, func(ctx context.Context, _ int) (int, error) { sleep(); return 0, nil })
+					})
+				case 5:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.Call(ctx, to, func(ctx context.Context) (int, error) { sleep(); return 0, nil })
+					})
+				case 6:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						var g *workerpool.Group
+						if to == workerpool.Submitter(p) {
+							g = p.Group(ctx)
+						} else {
+							g = s.Group(ctx)
+						}
+						for range 3 {
+							g.TryGo(func(context.Context) error { sleep(); return nil })
+						}
+						_ = g.Wait()
+					})
+				case 7:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng2(step)%4)*100*time.Millisecond)
+						defer cancel()
+						_, _ = workerpool.Map(ctx, to, []int{1, 2, 3}, func(context.Context, int) (int, error) { sleep(); return 0, nil })
+					})
+				case 8:
+					wg.Go(func() { _, _ = workerpool.Go(to, func() (int, error) { sleep(); return 0, nil }).Wait() })
+				case 9:
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+						defer cancel()
+						p.Pause(ctx)
+					})
+				case 10:
+					p.Resize(2 + rng.intn(3))
+				case 11:
+					time.Sleep(time.Duration(rng.intn(8)) * 100 * time.Millisecond)
+				}
+				synctest.Wait()
+				for i, sub := range []bool{false, true} {
+					var st workerpool.Status
+					if sub {
+						st = s.Status()
+					} else {
+						st = p.Status()
+					}
+					_ = i
+					pending := int64(0)
+					if st.Submitted != st.Completed+st.Abandoned+st.Canceled+uint64(st.Waiting)+uint64(st.Busy)+uint64(pending) {
+						results = append(results, fmt.Sprintf("seed %d step %d sub=%v: at rest Submitted %d != Completed %d + Abandoned %d + Canceled %d + Waiting %d + Busy %d",
+							seed, step, sub, st.Submitted, st.Completed, st.Abandoned, st.Canceled, st.Waiting, st.Busy))
+					}
+				}
+			}
+			time.Sleep(10 * time.Second)
+			wg.Wait()
+			p.Resize(3)
+			p.StopWait()
+			if seed == 0 {
+				results0 = fmt.Sprintf("seed 0 final: %+v / sub %+v", p.Status(), s.Status())
+			}
+		})
+	}
+	t.Log(results0)
+	for i, r := range results {
+		if i < 10 {
+			t.Error(r)
+		}
+	}
+	if len(results) > 0 {
+		t.Errorf("%d unbalanced snapshots", len(results))
+	}
+}
+
+type xrand struct{ s uint64 }
+
+func (r *xrand) intn(n int) int {
+	r.s ^= r.s << 13
+	r.s ^= r.s >> 7
+	r.s ^= r.s << 17
+	return int(r.s % uint64(n))
+}
+
+func newRand(seed uint64) *xrand { return &xrand{s: seed*0x9E3779B97F4A7C15 + 1} }
+
+func rng2(step int) int { return step*7 + 3 }

@@ -193,26 +193,6 @@ func TestTheBoundOnWaitingTasksCoversSubpoolsAndKeys(t *testing.T) {
 	})
 }
 
-func TestPauseHoldsSubpoolsAndKeys(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(4)
-		a := p.Subpool("a", 2)
-		ctx, resume := context.WithCancel(context.Background())
-		p.Pause(ctx)
-		var ran atomic.Int64
-		require.NoError(t, a.Submit(func() { ran.Add(1) }))
-		require.NoError(t, a.SubmitKey("k", func() { ran.Add(1) }))
-		require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
-		time.Sleep(time.Hour)
-		assert.Zero(t, ran.Load())
-		assert.Equal(t, 2, a.Status().Waiting)
-		assert.Equal(t, workerpool.Paused, a.Status().State)
-		resume()
-		p.StopWait()
-		assert.Equal(t, int64(3), ran.Load())
-	})
-}
-
 func TestGoMapAndGroupRunOnASubpool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(8)

@@ -1,0 +1,156 @@
+package workerpool_test
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// The tests of the dispatcher's loop: it starts workers up to the maximum
+// and no further, hands tasks to idle workers first, lets workers run while
+// submitters keep it busy, and wakes when a worker reports a task's end.
+
+func TestNeverMoreThanMaxTasksRunAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const max = 4
+		p := workerpool.New(max)
+		var running, peak atomic.Int64
+		for i := range 200 {
+			require.NoError(t, p.Submit(func() {
+				n := running.Add(1)
+				for {
+					old := peak.Load()
+					if n <= old || peak.CompareAndSwap(old, n) {
+						break
+					}
+				}
+				time.Sleep(time.Duration(i%7) * time.Millisecond)
+				running.Add(-1)
+			}))
+		}
+		p.StopWait()
+		assert.Equal(t, int64(max), peak.Load(), "peak concurrency reaches the maximum and no more")
+		assert.Equal(t, max, p.Status().PeakWorkers)
+		assert.Equal(t, uint64(200), p.Status().Completed)
+	})
+}
+
+func TestTasksGoToIdleWorkersBeforeNewOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		for range 10 {
+			require.NoError(t, p.Submit(func() {}))
+			synctest.Wait() // the worker is back and idle
+		}
+		assert.Equal(t, 1, p.Status().Workers, "sequential tasks reuse the idle worker")
+		p.Stop()
+	})
+}
+
+func TestWorkersRunWhileSubmittersHammerOneP(t *testing.T) {
+	// With one P, the dispatcher and busy submitters ready each other in
+	// turn; the pool must still let its workers run.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := workerpool.New(1)
+	var ran atomic.Int64
+	task := func() { ran.Add(1) }
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for p.Submit(task) == nil {
+			}
+		})
+	}
+	giveUp := time.Now().Add(10 * time.Second) // a bound on failure only; it passes in milliseconds
+	for ran.Load() < 1000 && time.Now().Before(giveUp) {
+		runtime.Gosched()
+	}
+	assert.GreaterOrEqual(t, ran.Load(), int64(1000), "the worker ran while submitters kept submitting")
+	p.Stop()
+	wg.Wait()
+}
+
+// ---------------------------------------------------------------------------
+// Liveness where the loop waits for a worker's report of a task's end: a
+// freed key, a sub-pool under its limit again, a sub-pool's Stop. No
+// reaping clock runs (a negative idle timeout), so nothing but the report
+// can wake the dispatcher.
+
+// TestAKeysNextTaskStartsWhenTheKeyIsFree: k1 (short) then k2, same
+// key, on an idle pool; k2 must start once k1 ends.
+func TestAKeysNextTaskStartsWhenTheKeyIsFree(t *testing.T) {
+	p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+	defer p.Stop()
+	for round := range 20000 {
+		ran := make(chan struct{})
+		atkNoErr(t, p.SubmitKey("k", func() {}))
+		atkNoErr(t, p.SubmitKey("k", func() { close(ran) }))
+		select {
+		case <-ran:
+		case <-time.After(2 * time.Second):
+			time.Sleep(atkLongWait)
+			st := p.Status()
+			t.Fatalf("round %d: k2 has not started 2s (+%v) after k1 ended (Busy %d, Idle %d, Waiting %d, Completed %d of %d)", round, atkLongWait, st.Busy, st.Idle, st.Waiting, st.Completed, st.Submitted)
+		}
+	}
+}
+
+// TestASubpoolsNextTaskStartsWhenItIsUnderItsLimit: a sub-pool of
+// limit 1 on a pool of 2: a1 (short) then a2; a2 must start once a1 ends.
+func TestASubpoolsNextTaskStartsWhenItIsUnderItsLimit(t *testing.T) {
+	p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+	defer p.Stop()
+	a := p.Subpool("a", 1)
+	for round := range 20000 {
+		ran := make(chan struct{})
+		atkNoErr(t, a.Submit(func() {}))
+		atkNoErr(t, a.Submit(func() { close(ran) }))
+		select {
+		case <-ran:
+		case <-time.After(2 * time.Second):
+			time.Sleep(atkLongWait)
+			st := a.Status()
+			t.Fatalf("round %d: a2 has not started 2s (+%v) after a1 ended (sub-pool Busy %d, Waiting %d, Completed %d of %d)", round, atkLongWait, st.Busy, st.Waiting, st.Completed, st.Submitted)
+		}
+	}
+}
+
+// TestSubpoolStopReturnsOnceItsTasksEnd: a sub-pool with no limit of
+// its own runs a stream of tiny tasks; its Stop must return once they end.
+func TestSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
+	for round := range rounds(2000) {
+		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
+		a := p.Subpool("a", 4)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for a.Submit(func() {}) == nil {
+			}
+		}()
+		for a.Status().Completed < 200 {
+			runtime.Gosched()
+		}
+		stopped := make(chan struct{})
+		go func() { a.Stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(3 * time.Second):
+			st := a.Status()
+			t.Fatalf("round %d: the sub-pool's Stop has not returned 3s later (Busy %d, Waiting %d, Completed %d of %d, State %v)", round, st.Busy, st.Waiting, st.Completed, st.Submitted, st.State)
+		}
+		<-done
+		p.Stop()
+	}
+}
+
+// atkLongWait is how much longer a stalled test waits before it reports,
+// to show the stall lasts.
+const atkLongWait = 5 * time.Second
