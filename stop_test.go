@@ -2,7 +2,6 @@ package workerpool_test
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -321,46 +320,6 @@ func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
 		}
 		close(block)
 		p.Stop()
-	}
-}
-
-// TestStopReturnsEveryQueuesTasksInTheOneOrderThePoolAcceptedThem mixes the
-// pool's own tasks, a sub-pool's and keyed ones of both, some held by a
-// busy key, some in the hand-off buffer, and checks that Stop returns them
-// all in acceptance order. Each round makes a fresh pool: the keys' lines
-// live in maps, whose iteration order changes from run to run.
-func TestStopReturnsEveryQueuesTasksInTheOneOrderThePoolAcceptedThem(t *testing.T) {
-	for range 20 {
-		synctest.Test(t, func(t *testing.T) {
-			p := workerpool.New(2)
-			s := p.Subpool("s", 2)
-			block := make(chan struct{})
-			require.NoError(t, p.SubmitKey("a", func() { <-block })) // holds key a
-			require.NoError(t, s.Submit(func() { <-block }))
-			synctest.Wait()
-			var want, order []string
-			task := func(name string) func() {
-				want = append(want, name)
-				return func() { order = append(order, name) }
-			}
-			for i := range 3 {
-				require.NoError(t, p.Submit(task(fmt.Sprint("P", i))))
-				require.NoError(t, s.Submit(task(fmt.Sprint("S", i))))
-				require.NoError(t, p.SubmitKey("a", task(fmt.Sprint("Ka", i))))
-				require.NoError(t, p.SubmitKey(fmt.Sprint("b", i), task(fmt.Sprint("Kb", i))))
-				require.NoError(t, s.SubmitKey(fmt.Sprint("k", i%2), task(fmt.Sprint("Sk", i))))
-			}
-			stopped := make(chan []func())
-			go func() { stopped <- p.Stop() }()
-			synctest.Wait()
-			close(block)
-			got := <-stopped
-			require.Empty(t, order, "no dropped task ran")
-			for _, f := range got {
-				f()
-			}
-			assert.Equal(t, want, order)
-		})
 	}
 }
 

@@ -2,7 +2,6 @@ package workerpool_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -41,54 +40,6 @@ func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testin
 	})
 }
 
-func TestQueuesTakeTurnsWhenAWorkerComesFree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(1)
-		a, b := p.Subpool("a", 10), p.Subpool("b", 10)
-		ctx, resume := context.WithCancel(context.Background())
-		p.Pause(ctx) // everything below waits, in its queue
-		var s starts
-		for _, name := range []string{"a1", "a2", "a3", "a4", "a5", "a6"} {
-			require.NoError(t, a.Submit(s.task(name)))
-		}
-		for _, name := range []string{"b1", "b2"} {
-			require.NoError(t, b.Submit(s.task(name)))
-		}
-		for _, name := range []string{"p1", "p2"} {
-			require.NoError(t, p.Submit(s.task(name)))
-		}
-		resume()
-		p.StopWait()
-		// a had a task waiting first, then b, then the pool's own queue:
-		// they take turns in that order, each in its own order, and a has
-		// the rest.
-		assert.Equal(t, []string{"a1", "b1", "p1", "a2", "b2", "p2", "a3", "a4", "a5", "a6"}, s.got())
-	})
-}
-
-// TestAQueueThatGetsATaskWaitsForItsTurnBehindNoMoreThanOneTask has a
-// flood of the pool's own tasks waiting for its one worker when a
-// sub-pool's task comes: it starts after at most one more of them.
-func TestAQueueThatGetsATaskWaitsForItsTurnBehindNoMoreThanOneTask(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(1)
-		b := p.Subpool("b", 1)
-		release := hold(t, p, 1)
-		var s starts
-		for i := range 200 {
-			require.NoError(t, p.Submit(s.task(fmt.Sprint("p", i))))
-		}
-		synctest.Wait()
-		require.NoError(t, b.Submit(s.task("b")))
-		synctest.Wait()
-		release()
-		p.StopWait()
-		got := s.got()
-		require.Len(t, got, 201)
-		assert.Contains(t, got[:2], "b", "b's task goes within the next two: %v", got[:5])
-	})
-}
-
 func TestASubpoolAtItsLimitIsSkippedUntilOneOfItsTasksEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2)
@@ -110,23 +61,6 @@ func TestASubpoolAtItsLimitIsSkippedUntilOneOfItsTasksEnds(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"p1", "p2", "p3", "a2"}, s.got())
 		p.StopWait()
-	})
-}
-
-func TestSubpoolTasksStartInTheOrderItAcceptedThem(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(4)
-		a := p.Subpool("a", 1)
-		var got []int
-		for i := range 100 {
-			require.NoError(t, a.Submit(func() { got = append(got, i) }))
-		}
-		p.StopWait()
-		want := make([]int, 100)
-		for i := range want {
-			want[i] = i
-		}
-		assert.Equal(t, want, got)
 	})
 }
 

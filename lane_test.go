@@ -2,6 +2,7 @@ package workerpool_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 )
+
+// The memory a waiting task takes in its lane, and what is left once the
+// queue drains: of the tasks, and of their keys' lines.
 
 // queuedTasks is how many tasks the memory tests queue: a million, as the
 // performance targets state them. Under the race detector, which makes each
@@ -151,4 +155,35 @@ func testMemoryOfFinishedTasks(t *testing.T) {
 	assert.LessOrEqual(t, int64(after)-int64(before), int64(heapMargin),
 		"the heap returns to its starting size once the queue drains: %d B before, %d B after", before, after)
 	runtime.KeepAlive(p)
+}
+
+// TestAnIdleKeyCostsNothing queues tasks with a hundred thousand distinct
+// keys on a paused pool, runs them, and checks that the heap goes back to
+// where it started: no key keeps memory once its tasks are done.
+func TestAnIdleKeyCostsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := 100_000
+		if testing.Short() || raceEnabled {
+			n = 10_000
+		}
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprint("key-", i)
+		}
+		task := func() {}
+		p, resume := pausedPool(t)
+		defer p.Stop()
+		before := liveHeap()
+		for _, k := range keys {
+			require.NoError(t, p.SubmitKey(k, task))
+		}
+		synctest.Wait()
+		held := liveHeap()
+		drain(t, p, resume)
+		after := liveHeap()
+		runtime.KeepAlive(keys) // live throughout: not part of the difference
+		t.Logf("heap: %d B before, %d B with %d keys waiting, %d B after", before, held, n, after)
+		assert.Greater(t, held, before+uint64(n)*16, "waiting keys take memory")
+		assert.Less(t, after, before+128<<10, "idle keys take none, but for a fixed cache of unused key lines")
+	})
 }

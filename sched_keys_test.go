@@ -1,8 +1,9 @@
 package workerpool_test
 
 import (
+	"context"
 	"fmt"
-	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,10 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
+// Black-box tests of keys (SubmitKey): tasks with the same key never
+// overlap and start in the order they were accepted; a busy key holds back
+// only its own tasks; the others keep acceptance order.
+
 // keyChecker records, per key, the tasks that run and whether two of them
 // ever overlapped.
 type keyChecker struct {
@@ -22,10 +27,6 @@ type keyChecker struct {
 	running  map[string]bool
 	order    map[string][]int
 	overlaps int
-}
-
-func newKeyChecker() *keyChecker {
-	return &keyChecker{running: map[string]bool{}, order: map[string][]int{}}
 }
 
 func (c *keyChecker) task(key string, i int, d time.Duration) func() {
@@ -42,6 +43,10 @@ func (c *keyChecker) task(key string, i int, d time.Duration) func() {
 		c.running[key] = false
 		c.mu.Unlock()
 	}
+}
+
+func newKeyChecker() *keyChecker {
+	return &keyChecker{running: map[string]bool{}, order: map[string][]int{}}
 }
 
 func TestTasksWithTheSameKeyNeverOverlapAndStartInSubmissionOrder(t *testing.T) {
@@ -113,37 +118,6 @@ func TestTheSameKeyOnAnotherQueueIsAnotherKey(t *testing.T) {
 	})
 }
 
-// TestAnIdleKeyCostsNothing queues tasks with a hundred thousand distinct
-// keys on a paused pool, runs them, and checks that the heap goes back to
-// where it started: no key keeps memory once its tasks are done.
-func TestAnIdleKeyCostsNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := 100_000
-		if testing.Short() || raceEnabled {
-			n = 10_000
-		}
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = fmt.Sprint("key-", i)
-		}
-		task := func() {}
-		p, resume := pausedPool(t)
-		defer p.Stop()
-		before := liveHeap()
-		for _, k := range keys {
-			require.NoError(t, p.SubmitKey(k, task))
-		}
-		synctest.Wait()
-		held := liveHeap()
-		drain(t, p, resume)
-		after := liveHeap()
-		runtime.KeepAlive(keys) // live throughout: not part of the difference
-		t.Logf("heap: %d B before, %d B with %d keys waiting, %d B after", before, held, n, after)
-		assert.Greater(t, held, before+uint64(n)*16, "waiting keys take memory")
-		assert.Less(t, after, before+128<<10, "idle keys take none, but for a fixed cache of unused key lines")
-	})
-}
-
 // TestAKeyHoldsBackOnlyTheTasksOfABusyKey is the review's case: on a paused
 // one-worker pool (and on a sub-pool), K1(a) K2(b) U1 K3(c) U2, where no
 // key is ever busy when another task of it waits, start in acceptance
@@ -188,4 +162,91 @@ func TestAKeyHoldsBackOnlyTheTasksOfABusyKey(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask: one worker,
+// busy. k1 and k2 (one key), then u1, u2 (unkeyed) are accepted in that
+// order. k1 has not even started when u1 and u2 are accepted: no task of
+// key k runs. The doc: tasks are handed to workers in acceptance order,
+// except a task whose key is busy (a task with the same key is running).
+// So the worker, coming free after k1, should get k2 before u1 and u2.
+func TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		synctest.Wait()
+		var l starts
+		atkNoErr(t, p.SubmitKey("k", l.task("k1")))
+		atkNoErr(t, p.SubmitKey("k", l.task("k2")))
+		atkNoErr(t, p.Submit(l.task("u1")))
+		atkNoErr(t, p.Submit(l.task("u2")))
+		synctest.Wait()
+		release()
+		p.StopWait()
+		want := []string{"k1", "k2", "u1", "u2"}
+		if got := l.got(); !slices.Equal(got, want) {
+			t.Errorf("start order with one worker: got %v, want %v (acceptance order; no key was busy when k2 could go)", got, want)
+		}
+	})
+}
+
+// TestFreedKeyWaitsBehindTheBuffer: one worker runs k1; k2 (same
+// key) waits for it, then 100 unkeyed tasks are accepted. When k1 ends, k2
+// is the earliest accepted task of the queue and its key is free; the doc
+// says only a busy key holds a task back. Count how many later-accepted
+// tasks start before it.
+func TestFreedKeyWaitsBehindTheBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		gate := make(chan struct{})
+		var l starts
+		atkNoErr(t, p.SubmitKey("k", func() { l.task("k1")(); <-gate }))
+		synctest.Wait()
+		atkNoErr(t, p.SubmitKey("k", l.task("k2")))
+		for i := range 100 {
+			atkNoErr(t, p.Submit(l.task(fmt.Sprint("u", i))))
+		}
+		synctest.Wait()
+		close(gate)
+		p.StopWait()
+		got := l.got()
+		i := slices.Index(got, "k2")
+		if i != 1 {
+			t.Errorf("k2 (accepted before every u, key free once k1 ended) started at position %d, after %d later-accepted tasks: %v...", i, i-1, got[:min(len(got), 6)])
+		}
+	})
+}
+
+// TestKeyFreedByAPauseTakesItsPlace: k1 waits in the hand-off buffer
+// behind a running task; a Pause takes it back (its key is free again);
+// u1, k2, u2 come while paused. After the pause, acceptance order holds:
+// k1, u1, k2, u2.
+func TestKeyFreedByAPauseTakesItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		synctest.Wait()
+		var l starts
+		atkNoErr(t, p.SubmitKey("k", l.task("k1")))
+		atkNoErr(t, p.Submit(l.task("u0")))
+		ctx, resume := context.WithCancel(context.Background())
+		paused := make(chan struct{})
+		go func() { p.Pause(ctx); close(paused) }()
+		synctest.Wait()
+		atkNoErr(t, p.Submit(l.task("u1")))
+		atkNoErr(t, p.SubmitKey("k", l.task("k2")))
+		atkNoErr(t, p.Submit(l.task("u2")))
+		release()
+		<-paused
+		synctest.Wait()
+		if got := l.got(); len(got) != 0 {
+			t.Errorf("tasks started during the pause: %v", got)
+		}
+		resume()
+		p.StopWait()
+		want := []string{"k1", "u0", "u1", "k2", "u2"}
+		if got := l.got(); !slices.Equal(got, want) {
+			t.Errorf("got %v, want %v", got, want)
+		}
+	})
 }
