@@ -2,9 +2,23 @@ package workerpool_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dispatchkit/workerpool"
 )
+
+// The tests of the pool's shutdown: Stop, StopWait and Shutdown end the pool
+// as they promise, lose no task, leave no caller blocked and no goroutine
+// behind.
 
 // stoppers are the three ways to stop a pool, for promises that hold for each.
 var stoppers = []struct {
@@ -14,4 +28,680 @@ var stoppers = []struct {
 	{"Stop", func(p *workerpool.Pool) { p.Stop() }},
 	{"StopWait", (*workerpool.Pool).StopWait},
 	{"Shutdown", func(p *workerpool.Pool) { _, _ = p.Shutdown(context.Background()) }},
+}
+
+func TestStopWaitRunsEverythingQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		var ran atomic.Int64
+		for range 100 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond); ran.Add(1) }))
+		}
+		p.StopWait()
+		assert.Equal(t, int64(100), ran.Load())
+		s := p.Status()
+		assert.Equal(t, workerpool.Stopped, s.State)
+		assert.Zero(t, s.Workers)
+		assertBalanced(t, s)
+	})
+}
+
+func TestStopReturnsNeverStartedTasksInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		var ran []int
+		waitErrs := make(chan error, 2)
+		for i := range 6 {
+			if i == 2 || i == 4 {
+				go func() { waitErrs <- p.SubmitWait(func() { t.Error("dropped SubmitWait task ran") }) }()
+				synctest.Wait()
+				continue
+			}
+			require.NoError(t, p.Submit(func() { ran = append(ran, i) }))
+		}
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while a task was still running")
+		default:
+		}
+		release()
+		tasks := <-stopped
+
+		for range 2 {
+			assert.ErrorIs(t, <-waitErrs, workerpool.ErrStopped, "a dropped SubmitWait task's caller gets ErrStopped")
+		}
+		assert.Empty(t, ran, "no dropped task ran")
+		require.Len(t, tasks, 4, "fire-and-forget tasks only")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Equal(t, []int{0, 1, 3, 5}, ran, "in submission order")
+		s := p.Status()
+		assert.Equal(t, uint64(6), s.Abandoned)
+		assertBalanced(t, s)
+		assert.Nil(t, p.Stop(), "a later Stop gets nothing")
+	})
+}
+
+func TestStopLetsRunningTasksFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(3)
+		var finished atomic.Int64
+		for range 3 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); finished.Add(1) }))
+		}
+		synctest.Wait()
+		start := time.Now()
+		assert.Empty(t, p.Stop())
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, int64(3), finished.Load())
+	})
+}
+
+func TestStopLeavesNoGoroutine(t *testing.T) {
+	for _, stop := range stoppers {
+		t.Run(stop.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(16, workerpool.WithMinWorkers(4))
+				for range 1000 {
+					require.NoError(t, p.Submit(func() { time.Sleep(time.Millisecond) }))
+				}
+				synctest.Wait() // the last Submit returns before its worker starts
+				require.Equal(t, 18, len(poolGoroutines()), "the dispatcher, its reaping clock and 16 workers")
+				stop.stop(p)
+				// When Stop returns, the pool's goroutines have at most
+				// their deferred returns left; Wait lets them finish.
+				synctest.Wait()
+				assert.Zero(t, len(poolGoroutines()))
+			})
+		})
+	}
+}
+
+// TestNewAndStopAThousandTimesLeavesNoGoroutine creates and stops pools of
+// every shape, each in one of the three ways, some with a task, and checks
+// that no goroutine of theirs is left.
+func TestNewAndStopAThousandTimesLeavesNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for i := range 1000 {
+			size := 1 + i%4
+			p := workerpool.New(size, workerpool.WithMinWorkers(i%(size+1)), workerpool.WithMaxWaiting(i%3))
+			if i%5 == 0 {
+				require.NoError(t, p.Submit(func() {}))
+			}
+			switch i % 3 {
+			case 0:
+				p.Stop()
+			case 1:
+				p.StopWait()
+			case 2:
+				_, err := p.Shutdown(context.Background())
+				require.NoError(t, err)
+			}
+			require.Equal(t, workerpool.Stopped, p.Status().State)
+		}
+		synctest.Wait() // the pools' goroutines may have their deferred returns left
+		assert.Empty(t, bubbleGoroutines(), "goroutines left by 1000 pools")
+	})
+}
+
+func TestStopAndStopWaitAreIdempotentAndConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		for range 10 {
+			require.NoError(t, p.Submit(func() {}))
+		}
+		var wg sync.WaitGroup
+		var returned atomic.Int64
+		for i := range 30 {
+			wg.Go(func() {
+				switch i % 3 {
+				case 0:
+					returned.Add(int64(len(p.Stop())))
+				case 1:
+					p.StopWait()
+				case 2:
+					tasks, _ := p.Shutdown(context.Background())
+					returned.Add(int64(len(tasks)))
+				}
+			})
+		}
+		synctest.Wait()
+		release()
+		wg.Wait()
+		s := p.Status()
+		assert.Equal(t, int64(s.Abandoned), returned.Load(), "dropped tasks are returned exactly once")
+		assert.Equal(t, uint64(11), s.Completed+s.Abandoned)
+		p.Stop()
+		p.StopWait()
+	})
+}
+
+func TestStopEscalatesAStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		for range 3 {
+			require.NoError(t, p.Submit(func() { t.Error("a task dropped by Stop ran") }))
+		}
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait()
+		assert.Equal(t, workerpool.Stopping, p.Status().State)
+
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		assert.Len(t, <-stopped, 3)
+		<-waited
+	})
+}
+
+func TestStopReleasesABlockedSubmitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1)) // Block
+		release := hold(t, p, 2)                             // one running, one waiting: full
+		errs := make(chan error, 2)
+		go func() { errs <- p.Submit(func() {}) }()
+		go func() { errs <- p.SubmitWait(func() {}) }()
+		synctest.Wait()
+		assert.Empty(t, errs, "submitters wait for room")
+
+		go p.Stop()
+		synctest.Wait()
+		assert.ErrorIs(t, <-errs, workerpool.ErrStopped)
+		assert.ErrorIs(t, <-errs, workerpool.ErrStopped)
+		release()
+	})
+}
+
+// TestNothingIsLostWhenStopRacesSubmitters runs on the real scheduler so
+// that the race detector sees real interleavings; its assertions hold for
+// every interleaving.
+func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
+	const submitters, each = 16, 300
+	p := workerpool.New(4, workerpool.WithMaxWaiting(64))
+	var runs [submitters * each]atomic.Int32
+	var accepted atomic.Uint64 // submissions that returned nil
+	waitStopped := make([]bool, submitters*each)
+	var wg sync.WaitGroup
+	for s := range submitters {
+		wg.Go(func() {
+			for i := range each {
+				id := s*each + i
+				task := func() { runs[id].Add(1) }
+				var err error
+				switch i % 3 {
+				case 0:
+					err = p.Submit(task)
+				case 1:
+					err = p.SubmitWait(task)
+					if err == nil {
+						assert.Equal(t, int32(1), runs[id].Load(), "SubmitWait returned nil before its task ran")
+					}
+					waitStopped[id] = err == workerpool.ErrStopped
+				case 2:
+					err = p.TrySubmit(task)
+				}
+				switch err {
+				case nil:
+					accepted.Add(1)
+				case workerpool.ErrStopped, workerpool.ErrQueueFull:
+				default:
+					t.Errorf("unexpected error %v", err)
+				}
+			}
+		})
+	}
+	for p.Status().Submitted < 1000 {
+		runtime.Gosched() // stop mid-stream; any point is valid
+	}
+	returned := p.Stop()
+	wg.Wait()
+	for _, task := range returned {
+		task()
+	}
+
+	var ran uint64
+	for id := range runs {
+		n := runs[id].Load()
+		require.LessOrEqual(t, n, int32(1), "task %d ran twice", id)
+		if waitStopped[id] {
+			assert.Zero(t, n, "a SubmitWait that got ErrStopped had its task run")
+		}
+		ran += uint64(n)
+	}
+	s := p.Status()
+	droppedWaiters := s.Abandoned - uint64(len(returned))
+	assert.Equal(t, s.Submitted, ran+droppedWaiters,
+		"every accepted task ran, was returned by Stop, or its waiter got ErrStopped")
+	assert.Equal(t, s.Submitted, accepted.Load()+droppedWaiters)
+	assertBalanced(t, s)
+}
+
+func TestStopWaitRunsEveryTaskOfManyConcurrentSubmitters(t *testing.T) {
+	// More submitters than the dispatcher takes in one wake-up: the last
+	// of a burst was once received and dropped.
+	for range 10 {
+		p := workerpool.New(100)
+		var ran atomic.Int64
+		task := func() { ran.Add(1) }
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				for range 100 {
+					assert.NoError(t, p.Submit(task))
+				}
+			})
+		}
+		wg.Wait()
+		p.StopWait()
+		require.Equal(t, int64(200*100), ran.Load())
+		require.Equal(t, uint64(200*100), p.Status().Submitted)
+	}
+}
+
+// A submitter that gets ErrStopped from a stopping pool finds Status past
+// Running: the dispatcher records Stopping before it releases submitters.
+func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
+	for i := range 2000 {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1))
+		block := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-block }))
+		require.NoError(t, p.Submit(func() {})) // the queue is full now
+		errc := make(chan error)
+		go func() { errc <- p.Submit(func() {}) }()
+		go p.Stop()
+		if err := <-errc; err == workerpool.ErrStopped {
+			if s := p.Status().State; s == workerpool.Running || s == workerpool.Paused {
+				t.Fatalf("round %d: State = %v after Submit returned ErrStopped", i, s)
+			}
+		}
+		close(block)
+		p.Stop()
+	}
+}
+
+// Once Stop has returned, no submission is accepted: not even a CallerRuns
+// task whose submitter learned the queue was full before the stop, and is
+// about to run it. Status's Submitted never rises after Stopped. Real
+// scheduler, many rounds: the window is a few instructions wide.
+func TestNoTaskIsAcceptedOnceStopReturned(t *testing.T) {
+	for range 200 {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		release := hold(t, p, 2) // one runs, one waits: full
+		var wg sync.WaitGroup
+		var start sync.WaitGroup
+		start.Add(1)
+		for range 8 {
+			wg.Go(func() {
+				start.Wait()
+				for range 20 {
+					_ = p.Submit(func() {})
+				}
+			})
+		}
+		start.Done()
+		release()
+		p.Stop()
+		after := p.Status().Submitted
+		wg.Wait()
+		require.Equal(t, after, p.Status().Submitted, "Submitted rose after Stop returned")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Shutdown.
+
+// cancelled returns a context that is already done.
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestShutdownWithADoneCtxStartsNoQueuedTask(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(p *workerpool.Pool) (release func())
+	}{
+		{"paused pool", func(p *workerpool.Pool) func() {
+			p.Pause(context.Background()) // Shutdown ends it
+			return func() {}
+		}},
+		{"every worker busy", func(p *workerpool.Pool) func() {
+			block := make(chan struct{})
+			for range 4 {
+				require.NoError(t, p.Submit(func() { <-block }))
+			}
+			return func() { close(block) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(4)
+				release := tc.setup(p)
+				var ran atomic.Int64
+				for range 10 {
+					require.NoError(t, p.Submit(func() { ran.Add(1) }))
+				}
+				synctest.Wait()
+				require.Equal(t, 10, p.WaitingQueueSize())
+
+				type result struct {
+					tasks []func()
+					err   error
+				}
+				done := make(chan result)
+				go func() {
+					tasks, err := p.Shutdown(cancelled())
+					done <- result{tasks, err}
+				}()
+				synctest.Wait()
+				release()
+				r := <-done
+				assert.ErrorIs(t, r.err, context.Canceled)
+				assert.Len(t, r.tasks, 10, "every queued task comes back")
+				assert.Zero(t, ran.Load(), "no queued task started")
+				assert.Equal(t, uint64(10), p.Status().Abandoned)
+			})
+		})
+	}
+}
+
+func TestShutdownReturnsNilNilWhenNoTaskWasDropped(t *testing.T) {
+	t.Run("idle pool, done ctx", func(t *testing.T) {
+		for range 200 { // the rule holds on every run, not most
+			p := workerpool.New(4)
+			require.NoError(t, p.SubmitWait(func() {}))
+			tasks, err := p.Shutdown(cancelled())
+			require.NoError(t, err, "nothing was dropped")
+			require.Nil(t, tasks)
+		}
+	})
+	t.Run("a running task outlives ctx, nothing queued", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := workerpool.New(1)
+			require.NoError(t, p.Submit(func() { time.Sleep(2 * time.Second) }))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			tasks, err := p.Shutdown(ctx)
+			assert.NoError(t, err, "every accepted task ran")
+			assert.Nil(t, tasks)
+			assert.Equal(t, 2*time.Second, time.Since(start), "Shutdown waits for running tasks")
+		})
+	})
+}
+
+func TestShutdownReturnsCtxErrWhenItDroppedATask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		require.NoError(t, p.Submit(func() { time.Sleep(time.Second) }))
+		waitErr := make(chan error)
+		go func() { waitErr <- p.SubmitWait(func() { t.Error("a dropped task ran") }) }()
+		synctest.Wait()
+		tasks, err := p.Shutdown(cancelled())
+		assert.ErrorIs(t, err, context.Canceled, "a dropped SubmitWait task counts as dropped")
+		assert.Empty(t, tasks, "SubmitWait tasks are not returned")
+		assert.ErrorIs(t, <-waitErr, workerpool.ErrStopped)
+	})
+}
+
+func TestShutdownReturnsNilWhenEverythingRanInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tasks, err := p.Shutdown(ctx)
+		assert.NoError(t, err)
+		assert.Nil(t, tasks)
+		assert.Equal(t, int64(5), ran.Load())
+	})
+}
+
+func TestShutdownPastItsDeadlineActsAsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, p.Submit(func() { time.Sleep(2 * time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		tasks, err := p.Shutdown(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		// At 3s the second task is running: Shutdown waits for it and
+		// returns the three that never started.
+		assert.Equal(t, 4*time.Second, time.Since(start))
+		assert.Equal(t, int64(2), ran.Load())
+		assert.Len(t, tasks, 3)
+		assert.Equal(t, uint64(3), p.Status().Abandoned)
+	})
+}
+
+func TestShutdownStartsNoQueuedTaskAfterItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		// The running task ends exactly at the deadline, racing Shutdown's
+		// Stop; the queued ones must not start.
+		require.NoError(t, p.Submit(func() { <-ctx.Done() }))
+		for range 2 {
+			require.NoError(t, p.Submit(func() { t.Error("a task started after the deadline") }))
+		}
+		start := time.Now()
+		tasks, err := p.Shutdown(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Len(t, tasks, 2)
+		assert.Equal(t, time.Second, time.Since(start))
+	})
+}
+
+func TestAShutdownWhoseCtxIsDoneEndsAStopWaitEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		require.NoError(t, p.Submit(func() { time.Sleep(time.Second) }))
+		for range 5 {
+			require.NoError(t, p.Submit(func() { t.Error("a dropped task ran") }))
+		}
+		start := time.Now()
+		waited := make(chan time.Duration)
+		go func() { p.StopWait(); waited <- time.Since(start) }()
+		synctest.Wait()
+		tasks, err := p.Shutdown(cancelled())
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Len(t, tasks, 5)
+		assert.Equal(t, time.Second, <-waited, "StopWait returned with the running task")
+	})
+}
+
+// AttackShutdownDeadlineThenResize: a Shutdown's deadline passes, and right
+// after it (strictly after ctx is done) a Resize up or a sub-pool Resize
+// comes in. Promise: "no queued task starts once ctx is done, even one that a
+// worker finishing at that instant would otherwise take". The dispatcher's
+// select may take the Resize before it looks at the deadline; Resize then
+// fills workers from the queue.
+func TestShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
+	for _, how := range []string{"Pool.Resize", "Subpool.Resize"} {
+		t.Run(how, func(t *testing.T) {
+			rounds, bad := 200, 0
+			var example string
+			for range rounds {
+				synctest.Test(t, func(*testing.T) {
+					p := workerpool.New(1)
+					s := p.Subpool("s", 1)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					_ = p.Submit(func() { time.Sleep(10 * time.Second) }) // the one worker stays busy
+					var lateStarts atomic.Int32
+					queued := func() {
+						if ctx.Err() != nil {
+							lateStarts.Add(1)
+						}
+					}
+					for range 4 {
+						if how == "Pool.Resize" {
+							_ = p.Submit(queued)
+						} else {
+							_ = s.Submit(queued)
+						}
+					}
+					synctest.Wait()
+					go func() {
+						<-ctx.Done() // strictly after the deadline
+						if how == "Pool.Resize" {
+							p.Resize(4)
+						} else {
+							p.Resize(4) // room for the sub-pool's tasks...
+							s.Resize(3) // ...and its limit raised
+						}
+					}()
+					_, err := p.Shutdown(ctx)
+					if n := lateStarts.Load(); n > 0 {
+						bad++
+						example = fmt.Sprintf("%d queued task(s) started after the Shutdown ctx was done (Shutdown returned %v); status %+v", n, err, p.Status())
+					}
+				})
+			}
+			if bad > 0 {
+				t.Errorf("%d/%d rounds: %s", bad, rounds, example)
+			}
+		})
+	}
+}
+
+// TestStopAndShutdownsRacingSubmittersLoseNothing stops a busy pool with a
+// Stop and three Shutdowns at once, with deadlines that pass at different
+// times, on the real scheduler. Every accepted task ran, or came back to
+// exactly one of the calls, or its SubmitWait caller got ErrStopped; each
+// Shutdown's error follows the documented rule.
+func TestStopAndShutdownsRacingSubmittersLoseNothing(t *testing.T) {
+	for range 50 {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(32))
+		var ran, accepted, waitStopped atomic.Int64
+		task := func() { ran.Add(1) }
+		var submitters sync.WaitGroup
+		for i := range 4 {
+			submitters.Go(func() {
+				for {
+					var err error
+					if i == 0 {
+						err = p.SubmitWait(task)
+						if err == workerpool.ErrStopped {
+							waitStopped.Add(1)
+						}
+					} else {
+						err = p.Submit(task)
+					}
+					if err != nil {
+						return
+					}
+					accepted.Add(1)
+				}
+			})
+		}
+		for ran.Load() < 100 {
+			runtime.Gosched()
+		}
+		type result struct {
+			tasks []func()
+			err   error
+			d     time.Duration // Shutdown's deadline; -1 for Stop
+		}
+		results := make(chan result, 4)
+		var stoppers sync.WaitGroup
+		stoppers.Go(func() { results <- result{tasks: p.Stop(), d: -1} })
+		for _, d := range []time.Duration{0, 50 * time.Microsecond, time.Hour} {
+			stoppers.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				tasks, err := p.Shutdown(ctx)
+				results <- result{tasks, err, d}
+			})
+		}
+		stoppers.Wait()
+		submitters.Wait()
+		close(results)
+
+		s := p.Status()
+		var returned, lists int
+		for r := range results {
+			if len(r.tasks) > 0 {
+				lists++
+			}
+			returned += len(r.tasks)
+			for _, task := range r.tasks {
+				task()
+			}
+			switch {
+			case r.d < 0: // Stop
+			case s.Abandoned == 0:
+				require.NoError(t, r.err, "nothing was dropped")
+			case r.d == 0: // done before the call
+				require.ErrorIs(t, r.err, context.DeadlineExceeded)
+			case r.d == time.Hour: // not done: another call dropped them
+				require.ErrorIs(t, r.err, workerpool.ErrStopped)
+			default: // either, depending on when it looked
+				if r.err != workerpool.ErrStopped {
+					require.ErrorIs(t, r.err, context.DeadlineExceeded)
+				}
+			}
+		}
+		require.LessOrEqual(t, lists, 1, "the dropped tasks come back once")
+		require.Equal(t, accepted.Load(), ran.Load(),
+			"every task accepted without a dropped waiter ran once (returned ones ran above)")
+		droppedWaiters := s.Submitted - uint64(accepted.Load())
+		require.LessOrEqual(t, droppedWaiters, uint64(waitStopped.Load()))
+		require.Equal(t, s.Abandoned, uint64(returned)+droppedWaiters)
+	}
+}
+
+func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
+	// Shutdown's deadline and its stop to accepting must reach the
+	// dispatcher together: a task accepted between them was once dropped
+	// by the deadline and then lost when Stop dropped the rest.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		p := workerpool.New(1)
+		var ran, accepted atomic.Int64
+		task := func() { ran.Add(1) }
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for p.Submit(task) == nil {
+					accepted.Add(1)
+				}
+			})
+		}
+		for ran.Load() < 3 { // let the pool get busy
+			runtime.Gosched()
+		}
+		returned, err := p.Shutdown(done)
+		wg.Wait()
+		// The pool may have run every task it accepted before it saw the
+		// deadline: then nothing was dropped and Shutdown returns nil, nil.
+		if s := p.Status(); s.Abandoned == 0 {
+			require.NoError(t, err)
+			require.Nil(t, returned)
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		require.Equal(t, accepted.Load(), ran.Load()+int64(len(returned)),
+			"every accepted task ran or was returned; %+v", p.Status())
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -270,31 +269,4 @@ func soakSubmit(p workerpool.Submitter, st *soakTask, fn func(), r *rand.Rand) e
 		defer cancel()
 		return p.SubmitCtx(ctx, fn)
 	}
-}
-
-// TestNewAndStopAThousandTimesLeavesNoGoroutine creates and stops pools of
-// every shape, each in one of the three ways, some with a task, and checks
-// that no goroutine of theirs is left.
-func TestNewAndStopAThousandTimesLeavesNoGoroutine(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		for i := range 1000 {
-			size := 1 + i%4
-			p := workerpool.New(size, workerpool.WithMinWorkers(i%(size+1)), workerpool.WithMaxWaiting(i%3))
-			if i%5 == 0 {
-				require.NoError(t, p.Submit(func() {}))
-			}
-			switch i % 3 {
-			case 0:
-				p.Stop()
-			case 1:
-				p.StopWait()
-			case 2:
-				_, err := p.Shutdown(context.Background())
-				require.NoError(t, err)
-			}
-			require.Equal(t, workerpool.Stopped, p.Status().State)
-		}
-		synctest.Wait() // the pools' goroutines may have their deferred returns left
-		assert.Empty(t, bubbleGoroutines(), "goroutines left by 1000 pools")
-	})
 }
