@@ -2,6 +2,10 @@ package workerpool_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,4 +152,455 @@ func TestABlockedSubmitterGetsInAsSoonAsAWaitingTaskStarts(t *testing.T) {
 		p.StopWait()
 		assert.Equal(t, 3, p.Status().PeakWaiting)
 	})
+}
+
+// ---------------------------------------------------------------------------
+// Take-backs: a pause, a resize, another queue's turn, a sub-pool's Stop, a
+// Call that gives up take tasks back from the hand-off buffer. What is taken
+// back keeps its place: each queue still starts in acceptance order, a
+// stop still returns the rest in order, and the pool goes on.
+
+func rvDump() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// rvWithin runs f and fails the test with a goroutine dump if it does not
+// return within d.
+func rvWithin(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("HANG: %s did not return within %v\n%s", what, d, rvDump())
+	}
+}
+
+// rvLog records task starts, per queue, and tasks returned by Stop.
+type rvLog struct {
+	mu       sync.Mutex
+	started  map[string][]int
+	returned map[string][]int
+	stopped  atomic.Bool // set once Stop returned: later calls are returns
+}
+
+func (l *rvLog) task(q string, i int) func() {
+	return func() {
+		l.mu.Lock()
+		if l.stopped.Load() {
+			l.returned[q] = append(l.returned[q], i)
+		} else {
+			l.started[q] = append(l.started[q], i)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// check verifies, for queue q whose tasks 0..n-1 were accepted in that
+// order: starts are in order, with exactly those expected (a prefix if
+// dropped is allowed), returns are the rest, in order.
+func (l *rvLog) check(t *testing.T, q string, n int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, r := l.started[q], l.returned[q]
+	all := append(slices.Clone(s), r...)
+	for i, v := range all {
+		if v != i {
+			lo, hi := max(0, i-5), min(len(all), i+6)
+			t.Fatalf("queue %q: started(%d)+returned(%d) not 0..%d in order: at %d got %d; around: %v (started=%d)",
+				q, len(s), len(r), n-1, i, v, all[lo:hi], len(s))
+		}
+	}
+	if len(all) != n {
+		t.Fatalf("queue %q: %d started + %d returned = %d, want %d accepted", q, len(s), len(r), len(all), n)
+	}
+}
+
+func newRVLog() *rvLog {
+	return &rvLog{started: map[string][]int{}, returned: map[string][]int{}}
+}
+
+// A sub-pool's Stop takes its tasks back from the hand-off buffer while a
+// worker takes them. Afterwards the pool must still work: Pause returns as
+// soon as nothing runs, and a free worker starts what waits.
+
+func TestRevokeSubpoolStopCutThenPauseReturns(t *testing.T) {
+	rounds := 150
+	bad := 0
+	for round := range rounds {
+		p := workerpool.New(1)
+		s := p.Subpool("s", 1)
+		l := newRVLog()
+		const n = 300
+		var accepted int
+		stopAt := 20 + rand.IntN(200)
+		var dropped []func()
+		for i := range n {
+			if i == stopAt {
+				dropped = s.Stop()
+				break
+			}
+			if err := s.Submit(l.task("s", i)); err != nil {
+				t.Fatalf("round %d: Submit %d: %v", round, i, err)
+			}
+			accepted++
+		}
+		l.stopped.Store(true)
+		for _, f := range dropped {
+			f()
+		}
+		l.check(t, "s", accepted)
+		// Nothing runs now. Pause must return at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t0 := time.Now()
+		p.Pause(ctx)
+		el := time.Since(t0)
+		st := p.Status()
+		cancel()
+		if el > time.Second {
+			bad++
+			if bad == 1 {
+				t.Errorf("round %d: Pause on an idle pool took %v (returned by its ctx, not because no task runs) after Subpool.Stop cut %d of %d tasks; status %s",
+					round, el, len(dropped), accepted, fmtStatus(st))
+			}
+		}
+		rvWithin(t, 5*time.Second, "Stop", func() { p.Stop() })
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds: Pause hung until its ctx ended", bad, rounds)
+	}
+}
+
+// The same phantom, shown as a task that never starts although a worker is
+// free: 2 workers; key "a" runs a task that waits for an unkeyed task
+// submitted behind a second "a" task.
+func TestRevokeSubpoolStopCutThenFreeWorkerIdles(t *testing.T) {
+	rounds := 150
+	bad := 0
+	for round := range rounds {
+		p := workerpool.New(2)
+		s := p.Subpool("s", 2)
+		const n = 300
+		stopAt := 20 + rand.IntN(200)
+		for i := range n {
+			if i == stopAt {
+				s.Stop()
+				break
+			}
+			if err := s.Submit(func() {}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a1 runs and waits for u; a2 is held by key a; u is behind a2.
+		uRan := make(chan struct{})
+		release := make(chan struct{})
+		p.SubmitKey("a", func() {
+			select {
+			case <-uRan:
+			case <-release:
+			}
+		})
+		p.SubmitKey("a", func() {})
+		p.Submit(func() { close(uRan) })
+		select {
+		case <-uRan:
+		case <-time.After(2 * time.Second):
+			bad++
+			if bad == 1 {
+				t.Errorf("round %d: an unkeyed task waited 2s with a worker free (a busy key held a task ahead of it); status %s",
+					round, fmtStatus(p.Status()))
+			}
+			close(release)
+		}
+		rvWithin(t, 5*time.Second, "StopWait", p.StopWait)
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds: a task did not start with a worker free", bad, rounds)
+	}
+}
+
+// On the real scheduler: one worker, one sequential submitter per queue (so
+// acceptance order is submission order), and a disruptor that takes the
+// buffer back in every way it can.
+
+type rvDisrupt int
+
+func (d rvDisrupt) String() string {
+	return [...]string{"pause", "subResize", "otherLane", "newSub", "call", "stopOtherSub"}[d]
+}
+
+const (
+	rvPause rvDisrupt = iota
+	rvResizeSub
+	rvOtherLane
+	rvNewSub
+	rvCall
+	rvStopOtherSub
+	rvNDisrupt
+)
+
+func rvDisruptor(ctx context.Context, p *workerpool.Pool, kinds []rvDisrupt, other *workerpool.Subpool) {
+	idle := p.Subpool("idle", 1)
+	i := 0
+	for ctx.Err() == nil {
+		i++
+		switch kinds[rand.IntN(len(kinds))] {
+		case rvPause:
+			pctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(200))*time.Microsecond)
+			p.Pause(pctx)
+			cancel()
+		case rvResizeSub:
+			idle.Resize(1 + i%3)
+		case rvOtherLane:
+			other.Submit(func() {})
+		case rvNewSub:
+			ns := p.Subpool("new", 1)
+			ns.Submit(func() {})
+			ns.SubmitKey("k", func() {})
+			ns.StopWait()
+		case rvCall:
+			cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(100))*time.Microsecond)
+			go func() {
+				defer cancel()
+				workerpool.Call(cctx, p, func(context.Context) (int, error) { return 0, nil })
+			}()
+		case rvStopOtherSub:
+			os := p.Subpool("doomed", 1)
+			for range 1 + rand.IntN(10) {
+				os.Submit(func() {})
+			}
+			os.Stop()
+		}
+		runtime.Gosched()
+	}
+}
+
+func rvOrderRound(t *testing.T, round int, kinds []rvDisrupt, useStop bool, keyed bool) {
+	p := workerpool.New(1)
+	other := p.Subpool("other", 1)
+	q := p.Subpool("q", 1)
+	l := newRVLog()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); rvDisruptor(ctx, p, kinds, other) }()
+
+	const n = 800
+	var accOwn, accQ atomic.Int64
+	var subWG sync.WaitGroup
+	submitTo := func(name string, submit func(i int, f func()) error, acc *atomic.Int64) {
+		defer subWG.Done()
+		for i := range n {
+			f := l.task(name, i)
+			spin := rand.IntN(3) == 0
+			g := func() {
+				f()
+				if spin {
+					for range 200 {
+						runtime.Gosched()
+					}
+				}
+			}
+			if err := submit(i, g); err != nil {
+				return // stopped
+			}
+			acc.Add(1)
+		}
+	}
+	subWG.Add(2)
+	go submitTo("own", func(i int, f func()) error {
+		if keyed && i%3 != 0 {
+			return p.SubmitKey(fmt.Sprint("k", i%4), f)
+		}
+		return p.Submit(f)
+	}, &accOwn)
+	go submitTo("q", func(i int, f func()) error {
+		if keyed && i%2 == 0 {
+			return q.SubmitKey(fmt.Sprint("k", i%3), f)
+		}
+		return q.Submit(f)
+	}, &accQ)
+
+	var dropped []func()
+	if useStop {
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		if round%2 == 0 {
+			rvWithin(t, 10*time.Second, fmt.Sprintf("round %d: Stop", round), func() { dropped = p.Stop() })
+		} else {
+			sctx, scancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(2000))*time.Microsecond)
+			rvWithin(t, 10*time.Second, fmt.Sprintf("round %d: Shutdown", round), func() { dropped, _ = p.Shutdown(sctx) })
+			scancel()
+		}
+		cancel()
+		rvWithin(t, 10*time.Second, "submitters", subWG.Wait)
+	} else {
+		rvWithin(t, 20*time.Second, fmt.Sprintf("round %d: submitters", round), subWG.Wait)
+		cancel()
+		rvWithin(t, 10*time.Second, "disruptor", wg.Wait)
+		rvWithin(t, 10*time.Second, fmt.Sprintf("round %d: StopWait", round), p.StopWait)
+	}
+	wg.Wait()
+	st := p.Status()
+	l.stopped.Store(true)
+	for _, f := range dropped {
+		f()
+	}
+	l.check(t, "own", int(accOwn.Load()))
+	l.check(t, "q", int(accQ.Load()))
+	if !balanced(st) {
+		t.Fatalf("round %d: status does not balance at rest: %s", round, fmtStatus(st))
+	}
+	if !useStop && (st.Waiting != 0 || st.Busy != 0) {
+		t.Fatalf("round %d: after StopWait: %s", round, fmtStatus(st))
+	}
+}
+
+func TestRevokeOrderOneWorkerUnderTakeBacks(t *testing.T) {
+	for k := range rvNDisrupt {
+		for _, keyed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/keyed=%v", k, keyed), func(t *testing.T) {
+				for round := range rounds(10) {
+					rvOrderRound(t, round, []rvDisrupt{k}, false, keyed)
+				}
+			})
+		}
+	}
+	t.Run("all", func(t *testing.T) {
+		all := []rvDisrupt{rvPause, rvResizeSub, rvOtherLane, rvNewSub, rvCall, rvStopOtherSub}
+		for round := range rounds(30) {
+			rvOrderRound(t, round, all, false, round%2 == 0)
+		}
+	})
+}
+
+func TestRevokeStopPrefixUnderTakeBacks(t *testing.T) {
+	all := []rvDisrupt{rvPause, rvResizeSub, rvOtherLane, rvNewSub, rvCall, rvStopOtherSub}
+	for round := range 40 {
+		rvOrderRound(t, round, all, true, round%4 < 2)
+	}
+}
+
+// Deterministic: synctest, one worker, the buffer full, then take-backs.
+
+func TestRevokeSynctestPauseResizeNewLaneKeepOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		l := newRVLog()
+		gate := make(chan struct{})
+		p.Submit(func() { <-gate })
+		const n = 150
+		for i := range n {
+			if i%5 == 0 {
+				p.SubmitKey("x", l.task("own", i))
+			} else {
+				p.Submit(l.task("own", i))
+			}
+		}
+		synctest.Wait()
+		// Take backs while the worker is blocked.
+		ctx, cancel := context.WithCancel(context.Background())
+		go p.Pause(ctx)
+		synctest.Wait()
+		s := p.Subpool("late", 1)
+		lt := newRVLog()
+		for i := range 5 {
+			s.Submit(lt.task("late", i))
+		}
+		p.Resize(1)
+		cancel()
+		synctest.Wait()
+		close(gate)
+		p.StopWait()
+		l.check(t, "own", n)
+		lt.check(t, "late", 5)
+	})
+}
+
+// A busy key holds its next task; later tasks must not sit in the buffer
+// ahead of it (promise 2). One worker: k1 in the buffer behind a blocker, k2
+// held, then u3..; after the blocker, order must be k1, k2, u3...
+func TestRevokeSynctestHeldKeyNotOvertakenAcrossPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		l := newRVLog()
+		gate := make(chan struct{})
+		p.Submit(func() { <-gate })
+		p.SubmitKey("k", l.task("own", 0))
+		p.SubmitKey("k", l.task("own", 1))
+		for i := 2; i < 70; i++ {
+			p.Submit(l.task("own", i))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go p.Pause(ctx)
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		p.SubmitKey("k", l.task("own", 70))
+		p.Submit(l.task("own", 71))
+		close(gate)
+		p.StopWait()
+		l.check(t, "own", 72)
+	})
+}
+
+// The bound on waiting tasks holds in every snapshot while take-backs run.
+
+func TestRevokeMaxWaitingBoundUnderTakeBacks(t *testing.T) {
+	for round := range rounds(30) {
+		const bound = 20
+		p := workerpool.New(1, workerpool.WithMaxWaiting(bound))
+		other := p.Subpool("other", 1)
+		q := p.Subpool("q", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			rvDisruptor(ctx, p, []rvDisrupt{rvPause, rvResizeSub, rvOtherLane, rvCall, rvStopOtherSub}, other)
+		}()
+		var worst atomic.Int64
+		var worstS atomic.Value
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				for i, s := range []workerpool.Status{p.Status(), other.Status(), q.Status()} {
+					if m := int64(max(s.Waiting, s.PeakWaiting)); m > worst.Load() {
+						worst.Store(m)
+						worstS.Store(fmt.Sprintf("queue %d: %s", i, fmtStatus(s)))
+					}
+				}
+				runtime.Gosched()
+			}
+		}()
+		var subs sync.WaitGroup
+		for g := range 3 {
+			subs.Add(1)
+			go func() {
+				defer subs.Done()
+				for i := range 400 {
+					if g == 0 && i%2 == 0 {
+						p.SubmitKey("k", func() {})
+					} else if g == 1 {
+						q.SubmitKey(fmt.Sprint(i%3), func() {})
+					} else {
+						p.Submit(func() {})
+					}
+				}
+			}()
+		}
+		rvWithin(t, 20*time.Second, "submitters", subs.Wait)
+		cancel()
+		rvWithin(t, 10*time.Second, "disruptor", wg.Wait)
+		rvWithin(t, 10*time.Second, "StopWait", p.StopWait)
+		st := p.Status()
+		if !balanced(st) {
+			t.Fatalf("round %d: unbalanced at rest: %s", round, fmtStatus(st))
+		}
+		if w := worst.Load(); w > bound || st.PeakWaiting > bound {
+			t.Fatalf("round %d: Waiting/PeakWaiting %d (final peak %d) over the bound %d: %v", round, w, st.PeakWaiting, bound, worstS.Load())
+		}
+	}
 }
