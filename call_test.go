@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,4 +230,239 @@ func ExampleCall() {
 	})
 	fmt.Printf("%q %v\n", answer, err)
 	// Output: "" context deadline exceeded
+}
+
+// A10. A Call on a sub-pool at limit 1, cut short while its fn runs: Call
+// returns ctx.Err() at once, the worker stays Busy (pool and sub-pool) and
+// the sub-pool's place stays taken until fn returns: the next task of the
+// sub-pool does not start beside it.
+func TestCallCutWhileRunningKeepsItsSubpoolPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		defer p.Stop()
+		sub := p.Subpool("s", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		release := make(chan struct{})
+		var fnDone atomic.Bool
+		out := make(chan error, 1)
+		go func() {
+			_, err := workerpool.Call(ctx, sub, func(context.Context) (int, error) {
+				<-release // ignores ctx, on purpose
+				fnDone.Store(true)
+				return 1, nil
+			})
+			out <- err
+		}()
+		synctest.Wait()
+		var next atomic.Bool
+		sub.Submit(func() {
+			if !fnDone.Load() {
+				t.Error("the sub-pool's next task started beside the Call's fn")
+			}
+			next.Store(true)
+		})
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-out:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Call: %v", err)
+			}
+		default:
+			t.Fatal("Call did not return at once")
+		}
+		if s, ss := p.Status(), sub.Status(); s.Busy != 1 || ss.Busy != 1 || ss.Waiting != 1 {
+			t.Errorf("while fn runs on: pool %s; sub %s", fmtStatus(s), fmtStatus(ss))
+		}
+		close(release)
+		synctest.Wait()
+		if !next.Load() {
+			t.Error("the next task did not run once fn returned")
+		}
+		if s, ss := p.Status(), sub.Status(); !balanced(s) || !balanced(ss) || s.Canceled != 0 || s.Completed != 2 {
+			t.Errorf("at rest: pool %s; sub %s", fmtStatus(s), fmtStatus(ss))
+		}
+	})
+}
+
+// A13. A Call from inside a task, on the same pool or sub-pool, all of
+// whose places are taken by the caller, with a deadline: it gives up at
+// the deadline, its fn never runs, and its task leaves the queue.
+func TestCallFromInsideATaskWithADeadline(t *testing.T) {
+	for _, onSub := range []bool{false, true} {
+		t.Run(fmt.Sprintf("subpool=%v", onSub), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				max := 1
+				if onSub {
+					max = 3
+				}
+				p := workerpool.New(max, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+				defer p.Stop()
+				sub := p.Subpool("s", 1)
+				var to workerpool.Submitter = p
+				if onSub {
+					to = sub
+				}
+				var ran atomic.Bool
+				var err error
+				var took time.Duration
+				var inside workerpool.Status
+				outer := func() {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					start := time.Now()
+					_, err = workerpool.Call(ctx, to, func(context.Context) (int, error) { ran.Store(true); return 0, nil })
+					took = time.Since(start)
+					synctest.Wait()
+					inside = p.Status()
+				}
+				if onSub {
+					sub.SubmitWait(outer)
+				} else {
+					p.SubmitWait(outer)
+				}
+				if !errors.Is(err, context.DeadlineExceeded) || took != time.Second {
+					t.Errorf("Call from inside: %v after %v", err, took)
+				}
+				if ran.Load() {
+					t.Error("fn ran")
+				}
+				if inside.Waiting != 0 || inside.Canceled != 1 {
+					t.Errorf("after giving up: %s", fmtStatus(inside))
+				}
+			})
+		})
+	}
+}
+
+// A8. Thousands of Calls (pool and sub-pools, some panicking, some calling
+// Goexit, some cut short before or while they run) racing Pause, Resize,
+// a sub-pool's Stop and the pool's Stop. Per Call: fn runs at most once;
+// a nil error means fn ran and returned; ErrStopped means fn never ran; a
+// panic comes back as *PanicError. A sub-pool's limit holds throughout.
+func TestThousandsOfCallsRacingControl(t *testing.T) {
+	for round := range 8 {
+		const maxW = 4
+		p := workerpool.New(maxW, workerpool.WithMaxWaiting(16))
+		subs := []*workerpool.Subpool{p.Subpool("a", 1), p.Subpool("b", 2)}
+		watches := []*peakCounter{new(peakCounter), new(peakCounter)}
+		type rec struct {
+			runs atomic.Int32
+			err  error
+		}
+		const n = 1500
+		recs := make([]rec, n)
+		var returned atomic.Int32
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < n; i += 6 {
+					r := &recs[i]
+					var s workerpool.Submitter = p
+					var lw *peakCounter
+					if k := i % 3; k < 2 {
+						s, lw = subs[k], watches[k]
+					}
+					ctx, cancel := context.WithCancel(context.Background())
+					switch i % 4 {
+					case 1:
+						go cancel()
+					case 2:
+						time.AfterFunc(time.Duration(i%50)*time.Microsecond, cancel)
+					}
+					_, r.err = workerpool.Call(ctx, s, func(ctx context.Context) (int, error) {
+						r.runs.Add(1)
+						if lw != nil {
+							lw.enter()
+							defer lw.leave()
+						}
+						switch i % 17 {
+						case 3:
+							panic(i)
+						case 5:
+							runtime.Goexit()
+						case 7:
+							if i%4 == 1 || i%4 == 2 {
+								<-ctx.Done() // cut short while it runs
+							}
+						}
+						runtime.Gosched()
+						return i, nil
+					})
+					cancel()
+					returned.Add(1)
+				}
+			}()
+		}
+		// Control, until three quarters of the Calls have returned.
+		for j := 0; returned.Load() < n*3/4; j++ {
+			switch j % 4 {
+			case 0:
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Microsecond)
+				p.Pause(ctx)
+				cancel()
+			case 1:
+				p.Resize(1 + j%maxW)
+			case 2:
+				p.Resize(maxW)
+			case 3:
+				if j == 7 {
+					subs[0].Stop()
+					if n := watches[0].now.Load(); n != 0 {
+						t.Errorf("round %d: Subpool.Stop returned with %d of its Calls' fn running", round, n)
+					}
+				}
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		if round%2 == 0 {
+			p.Stop()
+		} else {
+			p.StopWait()
+		}
+		wg.Wait()
+		for i := range recs {
+			r := &recs[i]
+			runs := r.runs.Load()
+			var pe *workerpool.PanicError
+			switch {
+			case runs > 1:
+				t.Errorf("round %d: Call %d's fn ran %d times", round, i, runs)
+			case r.err == nil && runs != 1 && i%17 != 5:
+				t.Errorf("round %d: Call %d returned nil but fn ran %d times", round, i, runs)
+			case errors.Is(r.err, workerpool.ErrStopped) && runs != 0:
+				t.Errorf("round %d: Call %d returned ErrStopped but fn ran", round, i)
+			case errors.As(r.err, &pe) && (runs != 1 || pe.Value != i):
+				t.Errorf("round %d: Call %d: %v, runs %d", round, i, r.err, runs)
+			case r.err != nil && !errors.Is(r.err, workerpool.ErrStopped) && !errors.Is(r.err, context.Canceled) && pe == nil:
+				t.Errorf("round %d: Call %d: unexpected %v", round, i, r.err)
+			}
+			if i%17 == 3 && runs == 1 && pe == nil && !errors.Is(r.err, context.Canceled) {
+				t.Errorf("round %d: Call %d panicked but returned %v", round, i, r.err)
+			}
+		}
+		for k, w := range watches {
+			if int(w.peak.Load()) > k+1 {
+				t.Errorf("round %d: sub-pool %d ran %d Calls at once, limit %d", round, k, w.peak.Load(), k+1)
+			}
+		}
+		var ok, stopped, canceled, panicked int
+		for i := range recs {
+			var pe *workerpool.PanicError
+			switch err := recs[i].err; {
+			case err == nil:
+				ok++
+			case errors.Is(err, workerpool.ErrStopped):
+				stopped++
+			case errors.Is(err, context.Canceled):
+				canceled++
+			case errors.As(err, &pe):
+				panicked++
+			}
+		}
+		ps := p.Status()
+		t.Logf("round %d: ok %d, ErrStopped %d, Canceled %d, panicked %d; balanced %v: %s", round, ok, stopped, canceled, panicked, balanced(ps), fmtStatus(ps))
+	}
 }

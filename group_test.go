@@ -365,3 +365,38 @@ func TestGroupTasksMayGoMoreTasks(t *testing.T) {
 	require.NoError(t, g.Wait())
 	assert.Equal(t, int64(63), ran.Load())
 }
+
+// A4b. Deterministic: a Group.Go waiting for room in a full bounded queue
+// (Block) when the group's ctx ends. The task was never accepted, so it
+// must not be counted in Canceled ("accepted tasks that never started").
+func TestGroupGoBlockedForRoomIsNotCanceled(t *testing.T) {
+	// On one P the group's AfterFunc runs before the woken Go goroutine.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(1))
+		defer p.Stop()
+		block := make(chan struct{})
+		p.Submit(func() { <-block })
+		p.Submit(func() {}) // fills the queue
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		g := p.Group(ctx)
+		went := make(chan struct{})
+		go func() {
+			defer close(went)
+			g.Go(func(context.Context) error { return nil }) // waits for room
+		}()
+		synctest.Wait()
+		cancel()
+		<-went
+		synctest.Wait()
+		close(block)
+		g.Wait()
+		p.StopWait()
+		s := p.Status()
+		t.Logf("Skipped=%d; %s", g.Skipped(), fmtStatus(s))
+		if !balanced(s) {
+			t.Errorf("at rest, not balanced: %s", fmtStatus(s))
+		}
+	})
+}
