@@ -2,6 +2,10 @@ package workerpool_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -13,146 +17,9 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
-func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(5)
-		a, b := p.Subpool("a", 2), p.Subpool("b", 4)
-		var all, inA, inB peakCounter
-		task := func(c *peakCounter) func() {
-			return func() {
-				all.enter()
-				c.enter()
-				time.Sleep(time.Duration(1+all.now.Load()) * time.Millisecond)
-				c.leave()
-				all.leave()
-			}
-		}
-		for range 50 {
-			require.NoError(t, a.Submit(task(&inA)))
-			require.NoError(t, b.Submit(task(&inB)))
-			require.NoError(t, p.Submit(task(&peakCounter{})))
-		}
-		p.StopWait()
-		assert.LessOrEqual(t, inA.peak.Load(), int64(2), "never more than a's limit")
-		assert.LessOrEqual(t, inB.peak.Load(), int64(4), "never more than b's limit")
-		assert.Equal(t, int64(5), all.peak.Load(), "all together reach the pool's maximum and no more")
-		assert.Equal(t, uint64(150), p.Status().Completed)
-	})
-}
-
-func TestASubpoolAtItsLimitIsSkippedUntilOneOfItsTasksEnds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(2)
-		a := p.Subpool("a", 1)
-		block := make(chan struct{})
-		var s starts
-		require.NoError(t, a.Submit(func() { <-block }))
-		require.NoError(t, a.Submit(s.task("a2")))
-		for _, name := range []string{"p1", "p2", "p3"} {
-			require.NoError(t, p.Submit(s.task(name)))
-		}
-		synctest.Wait()
-		assert.Equal(t, []string{"p1", "p2", "p3"}, s.got(), "a is at its limit: the pool's tasks go")
-		st := a.Status()
-		assert.Equal(t, 1, st.Busy)
-		assert.Equal(t, 1, st.Waiting, "a task held back by its sub-pool's limit waits")
-		assert.Equal(t, 1, p.Status().Waiting, "in the pool's Status too")
-		close(block)
-		synctest.Wait()
-		assert.Equal(t, []string{"p1", "p2", "p3", "a2"}, s.got())
-		p.StopWait()
-	})
-}
-
-func TestRaisingASubpoolsLimitStartsItsWaitingTasksAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(8)
-		a := p.Subpool("a", 1)
-		block := make(chan struct{})
-		for range 5 {
-			require.NoError(t, a.Submit(func() { <-block }))
-		}
-		synctest.Wait()
-		require.Equal(t, 1, a.Status().Busy)
-		a.Resize(3)
-		st := a.Status()
-		assert.Equal(t, 3, st.Busy, "at once: Resize returns once they started")
-		assert.Equal(t, 2, st.Waiting)
-		assert.Equal(t, 3, st.MaxWorkers)
-		close(block)
-		p.StopWait()
-		assert.Equal(t, uint64(5), a.Status().Completed)
-	})
-}
-
-func TestRaisingASubpoolsLimitWhileThePoolIsPausedStartsNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(8)
-		a := p.Subpool("a", 1)
-		ctx, resume := context.WithCancel(context.Background())
-		p.Pause(ctx)
-		var ran atomic.Int64
-		for range 5 {
-			require.NoError(t, a.Submit(func() { ran.Add(1); time.Sleep(time.Second) }))
-		}
-		a.Resize(3)
-		time.Sleep(time.Hour)
-		assert.Zero(t, ran.Load())
-		resume()
-		synctest.Wait()
-		assert.Equal(t, int64(3), ran.Load(), "three start on resume")
-		p.StopWait()
-		assert.Equal(t, int64(5), ran.Load())
-	})
-}
-
-func TestTheBoundOnWaitingTasksCoversSubpoolsAndKeys(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(1, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(workerpool.Reject))
-		a := p.Subpool("a", 1)
-		release := hold(t, p, 1) // the one worker is busy
-		require.NoError(t, p.Submit(func() {}))
-		require.NoError(t, a.Submit(func() {}))
-		require.NoError(t, a.SubmitKey("k", func() {}))
-		require.NoError(t, p.SubmitKey("k", func() {}))
-		synctest.Wait()
-		assert.Equal(t, 4, p.Status().Waiting)
-		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrQueueFull, "four wait: full, whoever submits")
-		assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull)
-		assert.Equal(t, uint64(1), a.Status().Rejected)
-		assert.Equal(t, uint64(2), p.Status().Rejected, "the pool's Status counts every rejection")
-		release()
-		p.StopWait()
-		assert.Equal(t, uint64(5), p.Status().Completed)
-	})
-}
-
-func TestGoMapAndGroupRunOnASubpool(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(8)
-		a := p.Subpool("a", 2)
-		var in peakCounter
-		v, err := workerpool.Go(a, func() (int, error) { return 42, nil }).Wait()
-		assert.Equal(t, 42, v)
-		assert.NoError(t, err)
-		out, err := workerpool.Map(context.Background(), a, make([]int, 20), func(_ context.Context, _ int) (int, error) {
-			in.enter()
-			defer in.leave()
-			time.Sleep(time.Millisecond)
-			return 1, nil
-		})
-		assert.NoError(t, err)
-		assert.Len(t, out, 20)
-		g := a.Group(context.Background())
-		for range 10 {
-			g.Go(func(context.Context) error { in.enter(); defer in.leave(); time.Sleep(time.Millisecond); return nil })
-		}
-		assert.NoError(t, g.Wait())
-		assert.Equal(t, int64(2), in.peak.Load(), "within a's limit")
-		assert.Equal(t, uint64(31), a.Status().Completed)
-		p.Stop()
-	})
-}
+// The tests of a sub-pool's life: making one, its share of the pool's
+// bound, and its Stop and StopWait, alone and with the pool's. Its limit is
+// in subpool_limit_test.go.
 
 func TestSubpoolPanicsOnALimitBelowOne(t *testing.T) {
 	p := workerpool.New(1)
@@ -181,4 +48,543 @@ func TestSubpoolsListsTheSubpoolsNotStopped(t *testing.T) {
 		assert.Equal(t, uint64(1), b.Status().Completed)
 		assert.Equal(t, uint64(1), c.Status().Completed, "c's task is c's, not b's")
 	})
+}
+
+func TestTheBoundOnWaitingTasksCoversSubpoolsAndKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(workerpool.Reject))
+		a := p.Subpool("a", 1)
+		release := hold(t, p, 1) // the one worker is busy
+		require.NoError(t, p.Submit(func() {}))
+		require.NoError(t, a.Submit(func() {}))
+		require.NoError(t, a.SubmitKey("k", func() {}))
+		require.NoError(t, p.SubmitKey("k", func() {}))
+		synctest.Wait()
+		assert.Equal(t, 4, p.Status().Waiting)
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrQueueFull, "four wait: full, whoever submits")
+		assert.ErrorIs(t, p.TrySubmit(func() {}), workerpool.ErrQueueFull)
+		assert.Equal(t, uint64(1), a.Status().Rejected)
+		assert.Equal(t, uint64(2), p.Status().Rejected, "the pool's Status counts every rejection")
+		release()
+		p.StopWait()
+		assert.Equal(t, uint64(5), p.Status().Completed)
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Stop and StopWait, the sub-pool's and the pool's.
+
+func TestSubpoolStopDropsOnlyItsTasksAndWaitsForItsRunningOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		var ranA, ranB, ranP atomic.Int64
+		require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ranA.Add(1) }))
+		var order []int
+		for i := range 5 {
+			require.NoError(t, a.Submit(func() { order = append(order, i) }))
+		}
+		require.NoError(t, a.SubmitKey("k", func() { order = append(order, 100) }))
+		waitErr := make(chan error)
+		go func() { waitErr <- a.SubmitWait(func() { t.Error("a dropped task ran") }) }()
+		for range 3 {
+			require.NoError(t, b.Submit(func() { time.Sleep(time.Second); ranB.Add(1) }))
+			require.NoError(t, p.Submit(func() { ranP.Add(1) }))
+		}
+		synctest.Wait()
+
+		start := time.Now()
+		tasks := a.Stop()
+		assert.Equal(t, time.Second, time.Since(start), "Stop waits for a's running task")
+		assert.Equal(t, int64(1), ranA.Load())
+		assert.ErrorIs(t, <-waitErr, workerpool.ErrStopped)
+		require.Len(t, tasks, 6, "the fire-and-forget tasks a had waiting")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 100}, order, "each of a's queues in order")
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.ErrorIs(t, a.SubmitKey("k", func() {}), workerpool.ErrStopped)
+		assert.Nil(t, a.Stop(), "a later Stop gets nothing")
+
+		assert.NoError(t, b.Submit(func() { ranB.Add(1) }), "b goes on")
+		assert.NoError(t, p.Submit(func() { ranP.Add(1) }), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, int64(4), ranB.Load())
+		assert.Equal(t, int64(4), ranP.Load())
+		st := a.Status()
+		assert.Equal(t, workerpool.Stopped, st.State)
+		assert.Equal(t, uint64(7), st.Abandoned)
+		assert.Equal(t, uint64(1), st.Completed)
+		assert.Equal(t, uint64(7), p.Status().Abandoned)
+	})
+}
+
+func TestSubpoolStopWaitRunsItsTasksAndLeavesThePoolRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		a := p.Subpool("a", 2)
+		var ran atomic.Int64
+		for range 10 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		a.StopWait()
+		assert.Equal(t, 5*time.Second, time.Since(start), "ten tasks, two at a time")
+		assert.Equal(t, int64(10), ran.Load())
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.NoError(t, p.SubmitWait(func() {}))
+		assert.Equal(t, workerpool.Running, p.Status().State)
+		p.Stop()
+	})
+}
+
+// TestASubpoolsStopEscalatesItsStopWait: a sub-pool's Stop during its
+// StopWait drops the tasks left and both return once the running one ends.
+func TestASubpoolsStopEscalatesItsStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a := p.Subpool("a", 1)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, a.Submit(func() { time.Sleep(time.Second); ran.Add(1) }))
+		}
+		start := time.Now()
+		waited := make(chan time.Duration)
+		go func() { a.StopWait(); waited <- time.Since(start) }()
+		time.Sleep(1500 * time.Millisecond) // the second task runs
+		tasks := a.Stop()
+		assert.Equal(t, 2*time.Second, time.Since(start), "Stop waits for the running task")
+		assert.Equal(t, 2*time.Second, <-waited, "StopWait returns with it")
+		assert.Len(t, tasks, 3, "the tasks left come back")
+		assert.Equal(t, int64(2), ran.Load())
+		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, uint64(3), a.Status().Abandoned)
+	})
+}
+
+// A12. Subpool.StopWait waiting on a paused pool, then Subpool.Stop from
+// another sub-pool's task: Stop drops what is left (returning it, in
+// acceptance order, keyed or not), StopWait returns too, both once the
+// sub-pool's running task has ended, while the pool stays paused.
+func TestSubpoolStopEscalatesStopWaitOnAPausedPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		defer p.Stop()
+		sub := p.Subpool("s", 1)
+		other := p.Subpool("o", 1)
+		hold := make(chan struct{})
+		sub.Submit(func() { <-hold })
+		synctest.Wait()
+		var order []int
+		var mu sync.Mutex
+		for i := range 4 {
+			f := func() { mu.Lock(); order = append(order, i); mu.Unlock() }
+			if i%2 == 0 {
+				sub.SubmitKey(fmt.Sprint("k", i%3), f)
+			} else {
+				sub.Submit(f)
+			}
+		}
+		// The stopper is queued on the other sub-pool before the pause.
+		stopperIn := make(chan struct{})
+		var dropped []func()
+		stopDone := make(chan struct{})
+		other.Submit(func() {
+			close(stopperIn)
+			<-stopperIn
+			time.Sleep(time.Second)
+			dropped = sub.Stop()
+			close(stopDone)
+		})
+		synctest.Wait()
+		pctx, unpause := context.WithCancel(context.Background())
+		defer unpause()
+		pauseDone := make(chan struct{})
+		go func() { p.Pause(pctx); close(pauseDone) }()
+		swDone := make(chan struct{})
+		go func() { sub.StopWait(); close(swDone) }()
+		synctest.Wait()
+		time.Sleep(2 * time.Second) // the stopper calls Stop
+		synctest.Wait()
+		select {
+		case <-stopDone:
+			t.Error("Subpool.Stop returned while its task still runs")
+		default:
+		}
+		close(hold)
+		synctest.Wait()
+		select {
+		case <-stopDone:
+		default:
+			t.Fatal("Subpool.Stop did not return once its task ended")
+		}
+		select {
+		case <-swDone:
+		default:
+			t.Error("Subpool.StopWait did not return after Stop dropped the rest")
+		}
+		if len(dropped) != 4 {
+			t.Fatalf("Stop returned %d tasks, want 4", len(dropped))
+		}
+		for _, f := range dropped {
+			f()
+		}
+		if fmt.Sprint(order) != "[0 1 2 3]" {
+			t.Errorf("dropped tasks in order %v", order)
+		}
+		if ss := sub.Status(); ss.State != workerpool.Stopped || !balanced(ss) || ss.Abandoned != 4 {
+			t.Errorf("sub-pool: %v %s", ss.State, fmtStatus(ss))
+		}
+		if s := p.Status(); s.State != workerpool.Paused {
+			t.Errorf("pool state %v, want paused", s.State)
+		}
+	})
+}
+
+// An idle sub-pool's Stop returns at once, while the pool's StopWait waits
+// for a long task of the pool's own queue.
+func TestAnIdleSubpoolsStopWaitsForNoOtherQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		s := p.Subpool("s", 1)
+		require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait()
+		start := time.Now()
+		assert.Empty(t, s.Stop())
+		assert.Zero(t, time.Since(start), "Stop waited for the pool's own task")
+		s2 := p.Subpool("s2", 1)
+		s2.StopWait()
+		assert.Zero(t, time.Since(start), "StopWait waited for the pool's own task")
+		<-waited
+		assert.Equal(t, time.Hour, time.Since(start))
+	})
+}
+
+// A pool's task may stop an idle sub-pool after the pool's StopWait has
+// emptied the queue: the sub-pool's Stop waits for its own tasks only, not
+// for the pool to finish, which waits for the calling task.
+func TestAPoolTaskCanStopAnIdleSubpoolWhileThePoolStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		s := p.Subpool("s", 1)
+		proceed := make(chan struct{})
+		stopped := make(chan []func())
+		require.NoError(t, p.Submit(func() {
+			<-proceed
+			stopped <- s.Stop()
+		}))
+		waited := make(chan struct{})
+		go func() { p.StopWait(); close(waited) }()
+		synctest.Wait() // StopWait has emptied the queue: the loop is done
+		close(proceed)
+		assert.Empty(t, <-stopped)
+		<-waited
+	})
+}
+
+// A6. A pool task (or another sub-pool's task) stops a busy sub-pool,
+// with running and waiting tasks, while the pool's Stop, StopWait or
+// Shutdown runs and another sub-pool's task runs on: Subpool.Stop or
+// StopWait returns once its own tasks have ended, whatever the rest does.
+func TestBusySubpoolStoppedFromATaskWhileThePoolStops(t *testing.T) {
+	for _, poolStop := range []string{"StopWait", "Stop", "Shutdown", "none"} {
+		for _, subStop := range []string{"Stop", "StopWait"} {
+			for _, from := range []string{"pool", "otherSub"} {
+				name := fmt.Sprintf("pool.%s/sub.%s/from=%s", poolStop, subStop, from)
+				t.Run(name, func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						p := workerpool.New(4)
+						subA := p.Subpool("A", 1)
+						subB := p.Subpool("B", 2)
+						holdA, holdX := make(chan struct{}), make(chan struct{})
+						var runningA atomic.Int32
+						var ranA atomic.Int32
+						for range 3 {
+							subA.Submit(func() {
+								runningA.Add(1)
+								defer runningA.Add(-1)
+								ranA.Add(1)
+								<-holdA
+							})
+						}
+						subB.Submit(func() { <-holdX }) // the rest of the pool: runs on and on
+						synctest.Wait()
+						stopReturned := make(chan int32, 1)
+						stopper := func() {
+							if subStop == "Stop" {
+								subA.Stop()
+							} else {
+								subA.StopWait()
+							}
+							stopReturned <- runningA.Load()
+						}
+						if from == "pool" {
+							if err := p.Submit(stopper); err != nil {
+								t.Fatal(err)
+							}
+						} else {
+							if err := subB.Submit(stopper); err != nil {
+								t.Fatal(err)
+							}
+						}
+						synctest.Wait()
+						poolDone := make(chan struct{})
+						go func() {
+							defer close(poolDone)
+							switch poolStop {
+							case "StopWait":
+								p.StopWait()
+							case "Stop":
+								p.Stop()
+							case "Shutdown":
+								ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+								defer cancel()
+								p.Shutdown(ctx)
+							}
+						}()
+						synctest.Wait()
+						if err := subA.Submit(func() {}); !errors.Is(err, workerpool.ErrStopped) {
+							t.Errorf("submission to a stopping sub-pool: %v", err)
+						}
+						close(holdA) // the sub-pool's own tasks end; X runs on
+						synctest.Wait()
+						select {
+						case n := <-stopReturned:
+							if n != 0 {
+								t.Errorf("Subpool.%s returned with %d of its tasks running", subStop, n)
+							}
+						default:
+							t.Errorf("Subpool.%s has not returned though its tasks ended (ran %d); the other sub-pool's task still runs", subStop, ranA.Load())
+						}
+						if st := subA.Status(); st.State != workerpool.Stopped || st.Busy != 0 || st.Waiting != 0 || !balanced(st) {
+							t.Errorf("sub-pool A: State=%v %s", st.State, fmtStatus(st))
+						}
+						close(holdX)
+						synctest.Wait()
+						<-poolDone
+						p.Stop()
+						if ps := p.Status(); !balanced(ps) {
+							t.Errorf("pool at rest: %s", fmtStatus(ps))
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// Submitters race a sub-pool's Stop on the real scheduler: every task
+// accepted either runs once or comes back from Stop, none runs after Stop
+// returned, and the pool and the other sub-pool go on.
+func TestNothingIsLostWhenASubpoolsStopRacesSubmitters(t *testing.T) {
+	for round := range 20 {
+		p := workerpool.New(4)
+		a, b := p.Subpool("a", 2), p.Subpool("b", 2)
+		var ran, accepted, afterStop, waitsStopped atomic.Int64
+		var stopped atomic.Bool
+		task := func() {
+			if stopped.Load() {
+				afterStop.Add(1)
+			}
+			ran.Add(1)
+		}
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					var err error
+					switch j % 3 {
+					case 0:
+						err = a.Submit(task)
+					case 1:
+						err = a.SubmitKey(fmt.Sprint("k", i%2), task)
+					default:
+						err = a.SubmitWait(task)
+						if errors.Is(err, workerpool.ErrStopped) {
+							waitsStopped.Add(1) // refused, or dropped and not returned
+						}
+					}
+					if errors.Is(err, workerpool.ErrStopped) {
+						return
+					}
+					if !assert.NoError(t, err) { // not require: FailNow only on the test's goroutine
+						return
+					}
+					accepted.Add(1)
+					runtime.Gosched()
+				}
+			})
+		}
+		for range 100 {
+			require.NoError(t, b.Submit(func() {}))
+		}
+		for accepted.Load() < 50 {
+			runtime.Gosched() // stop mid-stream, not on a clock
+		}
+		returned := a.Stop()
+		stopped.Store(true)
+		wg.Wait()
+		for _, f := range returned {
+			f()
+		}
+		require.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+		p.StopWait()
+		assert.Equal(t, int64(len(returned)), afterStop.Load(), "round %d: no task ran after Stop returned, but those it returned", round)
+		assert.Equal(t, accepted.Load(), ran.Load(), "round %d: every accepted task ran once, on a worker or from Stop", round)
+		st := a.Status()
+		dropped := int64(st.Abandoned) - int64(len(returned))
+		assert.True(t, dropped >= 0 && dropped <= waitsStopped.Load(),
+			"round %d: Abandoned %d: the %d tasks Stop returned and at most the %d SubmitWaits that got ErrStopped", round, st.Abandoned, len(returned), waitsStopped.Load())
+		assert.Equal(t, st.Submitted, st.Completed+st.Abandoned, "round %d: %+v", round, st)
+		assert.Equal(t, uint64(100), b.Status().Completed, "round %d: b went on", round)
+	}
+}
+
+func TestThePoolsStopCoversEverySubpool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+		release := hold(t, p, 1)
+		var got []string
+		for _, n := range []string{"p1", "p2"} {
+			require.NoError(t, p.Submit(func() { got = append(got, n) }))
+		}
+		for _, n := range []string{"a1", "a2"} {
+			require.NoError(t, a.Submit(func() { got = append(got, n) }))
+		}
+		require.NoError(t, b.SubmitKey("k", func() { got = append(got, "bk") }))
+		synctest.Wait()
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait()
+		release()
+		tasks := <-stopped
+		assert.Len(t, tasks, 5, "every queue's tasks come back")
+		for _, task := range tasks {
+			task()
+		}
+		assert.Subset(t, got, []string{"p1", "p2", "a1", "a2", "bk"})
+		assert.Less(t, index(got, "p1"), index(got, "p2"), "each queue's in order")
+		assert.Less(t, index(got, "a1"), index(got, "a2"))
+		for _, s := range []*workerpool.Subpool{a, b} {
+			assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+			assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+		}
+		assert.Nil(t, a.Stop(), "the pool's Stop dropped them already")
+		a.StopWait()
+		assert.Equal(t, uint64(5), p.Status().Abandoned)
+	})
+}
+
+// TestThePoolsStopWaitAndShutdownCoverEverySubpool: StopWait runs every
+// sub-pool's waiting tasks, keyed ones included; a Shutdown past its
+// deadline drops them and returns them, each queue's in order. Either way
+// the sub-pools refuse submissions afterwards and their Status is final.
+func TestThePoolsStopWaitAndShutdownCoverEverySubpool(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stop      func(t *testing.T, p *workerpool.Pool) []func()
+		abandoned uint64
+	}{
+		{"StopWait", func(_ *testing.T, p *workerpool.Pool) []func() { p.StopWait(); return nil }, 0},
+		{"Shutdown past its deadline", func(t *testing.T, p *workerpool.Pool) []func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second/2)
+			defer cancel()
+			tasks, err := p.Shutdown(ctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			return tasks
+		}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1)
+				a, b := p.Subpool("a", 1), p.Subpool("b", 1)
+				require.NoError(t, p.Submit(func() { time.Sleep(time.Second) })) // the one worker is busy
+				var got []string
+				note := func(n string) func() { return func() { got = append(got, n) } }
+				require.NoError(t, a.Submit(note("a1")))
+				require.NoError(t, a.Submit(note("a2")))
+				require.NoError(t, a.SubmitKey("k", note("ak")))
+				require.NoError(t, b.SubmitKey("k", note("bk1")))
+				require.NoError(t, b.SubmitKey("k", note("bk2")))
+				tasks := tc.stop(t, p)
+				assert.Len(t, got, 5-int(tc.abandoned), "tasks that ran on workers")
+				for _, task := range tasks {
+					task()
+				}
+				assert.ElementsMatch(t, []string{"a1", "a2", "ak", "bk1", "bk2"}, got, "every task ran once, or came back")
+				assert.Less(t, index(got, "a1"), index(got, "a2"), "each queue's in order")
+				assert.Less(t, index(got, "bk1"), index(got, "bk2"))
+				var abandoned uint64
+				for _, s := range []*workerpool.Subpool{a, b} {
+					assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+					assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+					st := s.Status()
+					assert.Equal(t, workerpool.Stopped, st.State)
+					assert.Equal(t, st.Submitted, st.Completed+st.Abandoned, "%s at rest: %+v", s.Name(), st)
+					abandoned += st.Abandoned
+				}
+				assert.Equal(t, tc.abandoned, abandoned)
+				assert.Equal(t, tc.abandoned, p.Status().Abandoned)
+			})
+		})
+	}
+}
+
+// When the pool's Stop cuts a sub-pool's task out of the hand-off buffer,
+// the sub-pool's count of tasks out goes down with it: its StopWait returns
+// once its running task ends, while the pool still waits for its own.
+func TestASubpoolsTaskCutByThePoolsStopFreesItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		s := p.Subpool("s", 2)
+		long := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-long }))
+		short := make(chan struct{})
+		require.NoError(t, s.Submit(func() { <-short }))
+		require.NoError(t, s.Submit(func() { t.Error("a task Stop dropped ran") })) // in the hand-off buffer
+		synctest.Wait()
+		subDone := make(chan struct{})
+		go func() { s.StopWait(); close(subDone) }()
+		var dropped []func()
+		poolDone := make(chan struct{})
+		go func() { dropped = p.Stop(); close(poolDone) }()
+		synctest.Wait()
+		close(short)
+		synctest.Wait()
+		assert.True(t, isDone(subDone), "the sub-pool's StopWait returns once its own task ended")
+		assert.False(t, isDone(poolDone), "the pool waits for its own task")
+		close(long)
+		<-poolDone
+		assert.Len(t, dropped, 1)
+		assert.Equal(t, uint64(1), s.Status().Abandoned)
+	})
+}
+
+func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
+	p := workerpool.New(1)
+	p.Stop()
+	s := p.Subpool("late", 1)
+	assert.ErrorIs(t, s.Submit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.TrySubmit(func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitCtx(context.Background(), func() {}), workerpool.ErrStopped)
+	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	_, err = workerpool.Map(context.Background(), s, []int{1}, func(context.Context, int) (int, error) { return 0, nil })
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	g := s.Group(context.Background())
+	g.Go(func(context.Context) error { t.Error("a refused group task ran"); return nil })
+	assert.ErrorIs(t, g.Wait(), workerpool.ErrStopped)
+	assert.Nil(t, s.Stop())
+	s.StopWait() // returns
+	s.Resize(3)  // does nothing, and returns
+	st := s.Status()
+	assert.Zero(t, st.Submitted)
+	assert.Zero(t, st.Busy)
 }

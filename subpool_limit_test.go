@@ -11,8 +11,136 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/dispatchkit/workerpool"
 )
+
+// The tests of a sub-pool's limit: it never runs more than its limit, by
+// any way of submitting and under every overflow policy, nor all tasks
+// together more than the pool's maximum; raising it starts waiting tasks
+// at once, unless the pool is paused.
+
+func TestASubpoolNeverRunsMoreThanItsLimitNorThePoolMoreThanItsMaximum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(5)
+		a, b := p.Subpool("a", 2), p.Subpool("b", 4)
+		var all, inA, inB peakCounter
+		task := func(c *peakCounter) func() {
+			return func() {
+				all.enter()
+				c.enter()
+				time.Sleep(time.Duration(1+all.now.Load()) * time.Millisecond)
+				c.leave()
+				all.leave()
+			}
+		}
+		for range 50 {
+			require.NoError(t, a.Submit(task(&inA)))
+			require.NoError(t, b.Submit(task(&inB)))
+			require.NoError(t, p.Submit(task(&peakCounter{})))
+		}
+		p.StopWait()
+		assert.LessOrEqual(t, inA.peak.Load(), int64(2), "never more than a's limit")
+		assert.LessOrEqual(t, inB.peak.Load(), int64(4), "never more than b's limit")
+		assert.Equal(t, int64(5), all.peak.Load(), "all together reach the pool's maximum and no more")
+		assert.Equal(t, uint64(150), p.Status().Completed)
+	})
+}
+
+func TestASubpoolAtItsLimitIsSkippedUntilOneOfItsTasksEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		a := p.Subpool("a", 1)
+		block := make(chan struct{})
+		var s starts
+		require.NoError(t, a.Submit(func() { <-block }))
+		require.NoError(t, a.Submit(s.task("a2")))
+		for _, name := range []string{"p1", "p2", "p3"} {
+			require.NoError(t, p.Submit(s.task(name)))
+		}
+		synctest.Wait()
+		assert.Equal(t, []string{"p1", "p2", "p3"}, s.got(), "a is at its limit: the pool's tasks go")
+		st := a.Status()
+		assert.Equal(t, 1, st.Busy)
+		assert.Equal(t, 1, st.Waiting, "a task held back by its sub-pool's limit waits")
+		assert.Equal(t, 1, p.Status().Waiting, "in the pool's Status too")
+		close(block)
+		synctest.Wait()
+		assert.Equal(t, []string{"p1", "p2", "p3", "a2"}, s.got())
+		p.StopWait()
+	})
+}
+
+func TestRaisingASubpoolsLimitStartsItsWaitingTasksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 1)
+		block := make(chan struct{})
+		for range 5 {
+			require.NoError(t, a.Submit(func() { <-block }))
+		}
+		synctest.Wait()
+		require.Equal(t, 1, a.Status().Busy)
+		a.Resize(3)
+		st := a.Status()
+		assert.Equal(t, 3, st.Busy, "at once: Resize returns once they started")
+		assert.Equal(t, 2, st.Waiting)
+		assert.Equal(t, 3, st.MaxWorkers)
+		close(block)
+		p.StopWait()
+		assert.Equal(t, uint64(5), a.Status().Completed)
+	})
+}
+
+func TestRaisingASubpoolsLimitWhileThePoolIsPausedStartsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 1)
+		ctx, resume := context.WithCancel(context.Background())
+		p.Pause(ctx)
+		var ran atomic.Int64
+		for range 5 {
+			require.NoError(t, a.Submit(func() { ran.Add(1); time.Sleep(time.Second) }))
+		}
+		a.Resize(3)
+		time.Sleep(time.Hour)
+		assert.Zero(t, ran.Load())
+		resume()
+		synctest.Wait()
+		assert.Equal(t, int64(3), ran.Load(), "three start on resume")
+		p.StopWait()
+		assert.Equal(t, int64(5), ran.Load())
+	})
+}
+
+func TestGoMapAndGroupRunOnASubpool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		a := p.Subpool("a", 2)
+		var in peakCounter
+		v, err := workerpool.Go(a, func() (int, error) { return 42, nil }).Wait()
+		assert.Equal(t, 42, v)
+		assert.NoError(t, err)
+		out, err := workerpool.Map(context.Background(), a, make([]int, 20), func(_ context.Context, _ int) (int, error) {
+			in.enter()
+			defer in.leave()
+			time.Sleep(time.Millisecond)
+			return 1, nil
+		})
+		assert.NoError(t, err)
+		assert.Len(t, out, 20)
+		g := a.Group(context.Background())
+		for range 10 {
+			g.Go(func(context.Context) error { in.enter(); defer in.leave(); time.Sleep(time.Millisecond); return nil })
+		}
+		assert.NoError(t, g.Wait())
+		assert.Equal(t, int64(2), in.peak.Load(), "within a's limit")
+		assert.Equal(t, uint64(31), a.Status().Completed)
+		p.Stop()
+	})
+}
 
 // A5. Every way into a sub-pool (Submit, TrySubmit, SubmitCtx, SubmitKey,
 // SubmitWait, Go, Call, CallWith, Group.Go, Group.TryGo, Map, Local.Submit)
@@ -179,174 +307,4 @@ func attackLimitsRound(t *testing.T, ov workerpool.Overflow, round int, giveUps 
 			t.Errorf("round %d: sub-pool %d not balanced at rest: %s", round, i, fmtStatus(ss))
 		}
 	}
-}
-
-// A6. A pool task (or another sub-pool's task) stops a busy sub-pool,
-// with running and waiting tasks, while the pool's Stop, StopWait or
-// Shutdown runs and another sub-pool's task runs on: Subpool.Stop or
-// StopWait returns once its own tasks have ended, whatever the rest does.
-func TestBusySubpoolStoppedFromATaskWhileThePoolStops(t *testing.T) {
-	for _, poolStop := range []string{"StopWait", "Stop", "Shutdown", "none"} {
-		for _, subStop := range []string{"Stop", "StopWait"} {
-			for _, from := range []string{"pool", "otherSub"} {
-				name := fmt.Sprintf("pool.%s/sub.%s/from=%s", poolStop, subStop, from)
-				t.Run(name, func(t *testing.T) {
-					synctest.Test(t, func(t *testing.T) {
-						p := workerpool.New(4)
-						subA := p.Subpool("A", 1)
-						subB := p.Subpool("B", 2)
-						holdA, holdX := make(chan struct{}), make(chan struct{})
-						var runningA atomic.Int32
-						var ranA atomic.Int32
-						for range 3 {
-							subA.Submit(func() {
-								runningA.Add(1)
-								defer runningA.Add(-1)
-								ranA.Add(1)
-								<-holdA
-							})
-						}
-						subB.Submit(func() { <-holdX }) // the rest of the pool: runs on and on
-						synctest.Wait()
-						stopReturned := make(chan int32, 1)
-						stopper := func() {
-							if subStop == "Stop" {
-								subA.Stop()
-							} else {
-								subA.StopWait()
-							}
-							stopReturned <- runningA.Load()
-						}
-						if from == "pool" {
-							if err := p.Submit(stopper); err != nil {
-								t.Fatal(err)
-							}
-						} else {
-							if err := subB.Submit(stopper); err != nil {
-								t.Fatal(err)
-							}
-						}
-						synctest.Wait()
-						poolDone := make(chan struct{})
-						go func() {
-							defer close(poolDone)
-							switch poolStop {
-							case "StopWait":
-								p.StopWait()
-							case "Stop":
-								p.Stop()
-							case "Shutdown":
-								ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-								defer cancel()
-								p.Shutdown(ctx)
-							}
-						}()
-						synctest.Wait()
-						if err := subA.Submit(func() {}); !errors.Is(err, workerpool.ErrStopped) {
-							t.Errorf("submission to a stopping sub-pool: %v", err)
-						}
-						close(holdA) // the sub-pool's own tasks end; X runs on
-						synctest.Wait()
-						select {
-						case n := <-stopReturned:
-							if n != 0 {
-								t.Errorf("Subpool.%s returned with %d of its tasks running", subStop, n)
-							}
-						default:
-							t.Errorf("Subpool.%s has not returned though its tasks ended (ran %d); the other sub-pool's task still runs", subStop, ranA.Load())
-						}
-						if st := subA.Status(); st.State != workerpool.Stopped || st.Busy != 0 || st.Waiting != 0 || !balanced(st) {
-							t.Errorf("sub-pool A: State=%v %s", st.State, fmtStatus(st))
-						}
-						close(holdX)
-						synctest.Wait()
-						<-poolDone
-						p.Stop()
-						if ps := p.Status(); !balanced(ps) {
-							t.Errorf("pool at rest: %s", fmtStatus(ps))
-						}
-					})
-				})
-			}
-		}
-	}
-}
-
-// A12. Subpool.StopWait waiting on a paused pool, then Subpool.Stop from
-// another sub-pool's task: Stop drops what is left (returning it, in
-// acceptance order, keyed or not), StopWait returns too, both once the
-// sub-pool's running task has ended, while the pool stays paused.
-func TestSubpoolStopEscalatesStopWaitOnAPausedPool(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := workerpool.New(4)
-		defer p.Stop()
-		sub := p.Subpool("s", 1)
-		other := p.Subpool("o", 1)
-		hold := make(chan struct{})
-		sub.Submit(func() { <-hold })
-		synctest.Wait()
-		var order []int
-		var mu sync.Mutex
-		for i := range 4 {
-			f := func() { mu.Lock(); order = append(order, i); mu.Unlock() }
-			if i%2 == 0 {
-				sub.SubmitKey(fmt.Sprint("k", i%3), f)
-			} else {
-				sub.Submit(f)
-			}
-		}
-		// The stopper is queued on the other sub-pool before the pause.
-		stopperIn := make(chan struct{})
-		var dropped []func()
-		stopDone := make(chan struct{})
-		other.Submit(func() {
-			close(stopperIn)
-			<-stopperIn
-			time.Sleep(time.Second)
-			dropped = sub.Stop()
-			close(stopDone)
-		})
-		synctest.Wait()
-		pctx, unpause := context.WithCancel(context.Background())
-		defer unpause()
-		pauseDone := make(chan struct{})
-		go func() { p.Pause(pctx); close(pauseDone) }()
-		swDone := make(chan struct{})
-		go func() { sub.StopWait(); close(swDone) }()
-		synctest.Wait()
-		time.Sleep(2 * time.Second) // the stopper calls Stop
-		synctest.Wait()
-		select {
-		case <-stopDone:
-			t.Error("Subpool.Stop returned while its task still runs")
-		default:
-		}
-		close(hold)
-		synctest.Wait()
-		select {
-		case <-stopDone:
-		default:
-			t.Fatal("Subpool.Stop did not return once its task ended")
-		}
-		select {
-		case <-swDone:
-		default:
-			t.Error("Subpool.StopWait did not return after Stop dropped the rest")
-		}
-		if len(dropped) != 4 {
-			t.Fatalf("Stop returned %d tasks, want 4", len(dropped))
-		}
-		for _, f := range dropped {
-			f()
-		}
-		if fmt.Sprint(order) != "[0 1 2 3]" {
-			t.Errorf("dropped tasks in order %v", order)
-		}
-		if ss := sub.Status(); ss.State != workerpool.Stopped || !balanced(ss) || ss.Abandoned != 4 {
-			t.Errorf("sub-pool: %v %s", ss.State, fmtStatus(ss))
-		}
-		if s := p.Status(); s.State != workerpool.Paused {
-			t.Errorf("pool state %v, want paused", s.State)
-		}
-	})
 }
