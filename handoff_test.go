@@ -227,7 +227,7 @@ func newRVLog() *rvLog {
 // worker takes them. Afterwards the pool must still work: Pause returns as
 // soon as nothing runs, and a free worker starts what waits.
 
-func TestRevokeSubpoolStopCutThenPauseReturns(t *testing.T) {
+func TestPauseReturnsAtOnceAfterASubpoolsStopTookBackItsTasks(t *testing.T) {
 	rounds := 150
 	bad := 0
 	for round := range rounds {
@@ -277,7 +277,7 @@ func TestRevokeSubpoolStopCutThenPauseReturns(t *testing.T) {
 // The same phantom, shown as a task that never starts although a worker is
 // free: 2 workers; key "a" runs a task that waits for an unkeyed task
 // submitted behind a second "a" task.
-func TestRevokeSubpoolStopCutThenFreeWorkerIdles(t *testing.T) {
+func TestAFreeWorkerStartsAWaitingTaskAfterASubpoolsStopTookBackItsTasks(t *testing.T) {
 	rounds := 150
 	bad := 0
 	for round := range rounds {
@@ -458,7 +458,7 @@ func rvOrderRound(t *testing.T, round int, kinds []rvDisrupt, useStop bool, keye
 	}
 }
 
-func TestRevokeOrderOneWorkerUnderTakeBacks(t *testing.T) {
+func TestEachQueueStartsInAcceptanceOrderUnderTakeBacks(t *testing.T) {
 	for k := range rvNDisrupt {
 		for _, keyed := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/keyed=%v", k, keyed), func(t *testing.T) {
@@ -476,7 +476,7 @@ func TestRevokeOrderOneWorkerUnderTakeBacks(t *testing.T) {
 	})
 }
 
-func TestRevokeStopPrefixUnderTakeBacks(t *testing.T) {
+func TestAStopUnderTakeBacksStartsAPrefixOfEachQueueAndReturnsTheRest(t *testing.T) {
 	all := []rvDisrupt{rvPause, rvResizeSub, rvOtherLane, rvNewSub, rvCall, rvStopOtherSub}
 	for round := range 40 {
 		rvOrderRound(t, round, all, true, round%4 < 2)
@@ -485,7 +485,7 @@ func TestRevokeStopPrefixUnderTakeBacks(t *testing.T) {
 
 // Deterministic: synctest, one worker, the buffer full, then take-backs.
 
-func TestRevokeSynctestPauseResizeNewLaneKeepOrder(t *testing.T) {
+func TestTasksTakenBackByAPauseAResizeAndANewQueueKeepTheirOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		l := newRVLog()
@@ -522,7 +522,7 @@ func TestRevokeSynctestPauseResizeNewLaneKeepOrder(t *testing.T) {
 // A busy key holds its next task; later tasks must not sit in the buffer
 // ahead of it (promise 2). One worker: k1 in the buffer behind a blocker, k2
 // held, then u3..; after the blocker, order must be k1, k2, u3...
-func TestRevokeSynctestHeldKeyNotOvertakenAcrossPause(t *testing.T) {
+func TestABusyKeysNextTaskIsNotOvertakenAcrossAPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		l := newRVLog()
@@ -548,7 +548,7 @@ func TestRevokeSynctestHeldKeyNotOvertakenAcrossPause(t *testing.T) {
 
 // The bound on waiting tasks holds in every snapshot while take-backs run.
 
-func TestRevokeMaxWaitingBoundUnderTakeBacks(t *testing.T) {
+func TestTheBoundOnWaitingTasksHoldsUnderTakeBacks(t *testing.T) {
 	for round := range rounds(30) {
 		const bound = 20
 		p := workerpool.New(1, workerpool.WithMaxWaiting(bound))
