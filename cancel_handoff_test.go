@@ -155,7 +155,7 @@ func newLateCtx() *lateCtx {
 
 // A2b. The same, deterministic: one Call whose ctx ends as it is handed
 // to a parked worker, on one P, in a bubble. Then Pause on the idle pool.
-func TestCallSkippedByItsWorkerThenPauseHangs(t *testing.T) {
+func TestPauseReturnsAtOnceAfterAWorkerSkipsAGivenUpCall(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1, workerpool.WithMinWorkers(1))
@@ -178,7 +178,7 @@ func TestCallSkippedByItsWorkerThenPauseHangs(t *testing.T) {
 
 // A2c. Side effect of the same skip on reaping (promise 8): a worker idle
 // for the idle timeout exits within two timeouts.
-func TestCallSkippedByItsWorkerThenNoReaping(t *testing.T) {
+func TestAnIdleWorkerIsReapedAfterItSkipsAGivenUpCall(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, withCall := range []bool{false, true} {
 		t.Run(fmt.Sprintf("call=%v", withCall), func(t *testing.T) {

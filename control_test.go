@@ -409,7 +409,7 @@ func TestResizeDownUnderAFlood(t *testing.T) {
 // AttackResizeDownGoexit: two busy workers, Resize(1), both tasks call
 // runtime.Goexit. Promise: busy surplus workers exit as their task ends;
 // workers drain down to the maximum, and the pool keeps working.
-func TestResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
+func TestResizeDownRetiresBusyWorkersWhoseTasksCallGoexit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 		release := make(chan struct{})
@@ -446,7 +446,7 @@ func TestResizeDownThenGoexitLeavesSurplusWorker(t *testing.T) {
 // Same as above, but the tasks panic and the panic handler calls
 // runtime.Goexit (as t.Fatal would), which the docs allow: "The pool keeps
 // its full capacity either way, even if h calls runtime.Goexit".
-func TestResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
+func TestResizeDownRetiresBusyWorkersWhosePanicHandlerCallsGoexit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithIdleTimeout(-1),
 			workerpool.WithPanicHandler(func(*workerpool.PanicError) { runtime.Goexit() }))
@@ -477,7 +477,7 @@ func TestResizeDownThenHandlerGoexitLeavesSurplusWorker(t *testing.T) {
 // A11b. Deterministic: busy workers made surplus by Resize, whose tasks
 // call runtime.Goexit ("costs no capacity"), must still retire as their
 // task ends; then the next task must run.
-func TestResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
+func TestResizeDownLetsTheNextTaskRunHoweverTheBusyTasksEnd(t *testing.T) {
 	for _, exit := range []string{"return", "panic", "Goexit", "handlerGoexit"} {
 		t.Run(exit, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -518,9 +518,10 @@ func TestResizeDownThenGoexitLeavesSurplusParked(t *testing.T) {
 	}
 }
 
-// With the default idle timeout the stall ends when the reaper quits the
-// idle surplus worker: measure how long a task waits.
-func TestResizeDownThenGoexitStallsUntilReaped(t *testing.T) {
+// The same with the default idle timeout: a task submitted after the
+// Goexits starts at once; it does not wait for the reaper to quit the idle
+// surplus worker.
+func TestResizeDownThenGoexitLeavesNoTaskWaitingForTheReaper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2)
 		defer p.StopWait()

@@ -283,7 +283,7 @@ func TestSubpoolStopsRacingThePoolsStopLoseNothing(t *testing.T) {
 // Stop and a Resize race: nothing is lost (every accepted task ran or was
 // returned by exactly one Stop), the sub-pool's Stop returns, and its
 // limit holds.
-func TestBufferedSubpoolTasksCutByRacingStops(t *testing.T) {
+func TestStopsRacingForASubpoolsBufferedTasksLoseNothing(t *testing.T) {
 	bad := 0
 	const rounds = 300
 	for round := range rounds {

@@ -260,13 +260,13 @@ func Example_local() {
 	// Output: buffers opened: 1 closed: 1
 }
 
-// Minimal: a Local.Submit task waiting in the queue when Stop comes is
-// dropped (Status.Abandoned counts it) but Stop does not return it, no
-// panic handler hears of it, and it never runs. Pool.Submit's would be
-// returned. Guarantee 2: "Every accepted task runs exactly once, or is
-// handed back by Stop, or is reported to its waiting caller as not run.
-// Nothing is lost silently."
-func TestStopDropsALocalSubmitTaskSilently(t *testing.T) {
+// TestStopDoesNotLoseALocalSubmitTask: a Local.Submit task waiting in the
+// queue when Stop comes is dropped (Status.Abandoned counts it). Stop must
+// return it, as it returns a Pool.Submit task: not returned, never run and
+// reported to no panic handler, it would be lost. Guarantee 2: "Every
+// accepted task runs exactly once, or is handed back by Stop, or is
+// reported to its waiting caller as not run. Nothing is lost silently."
+func TestStopDoesNotLoseALocalSubmitTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var handled atomic.Int32
 		p := workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { handled.Add(1) }))

@@ -533,9 +533,9 @@ func TestAShutdownWhoseCtxIsDoneEndsAStopWaitEarly(t *testing.T) {
 // after it (strictly after ctx is done) a Resize up or a sub-pool Resize
 // comes in. Promise: "no queued task starts once ctx is done, even one that a
 // worker finishing at that instant would otherwise take". The dispatcher's
-// select may take the Resize before it looks at the deadline; Resize then
-// fills workers from the queue.
-func TestShutdownDeadlineThenResizeStartsQueuedTasks(t *testing.T) {
+// select may take the Resize before it looks at the deadline; Resize must
+// not then fill workers from the queue.
+func TestAResizeAfterAShutdownDeadlineStartsNoQueuedTask(t *testing.T) {
 	for _, how := range []string{"Pool.Resize", "Subpool.Resize"} {
 		t.Run(how, func(t *testing.T) {
 			rounds, bad := 200, 0

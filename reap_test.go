@@ -139,12 +139,13 @@ func TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly(t *testing.T) {
 }
 
 // Guarantee 8: "no worker exits before it has been idle for one [timeout]:
-// not ... nor when one sits in a slow panic handler". The existing test
-// covers a plain Submit's panic; here the panicking task is a Local.Submit
-// task (a waiter internally), whose worker is stamped idle before the
-// handler runs, so the reaper counts it idle and quits the parked worker
-// instead, after 0.2s of idleness.
-func TestSlowPanicHandlerOfALocalTaskGetsAnotherReapedEarly(t *testing.T) {
+// not ... nor when one sits in a slow panic handler".
+// TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly covers a plain
+// Submit's panic; here the panicking task is also a Local.Submit task (a
+// waiter internally). Were its worker stamped idle before the handler runs,
+// the reaper would count it idle and quit the parked worker instead, after
+// 0.2s of idleness.
+func TestASlowPanicHandlerOfALocalTaskGetsNoOtherReapedEarly(t *testing.T) {
 	for _, kind := range []string{"Submit", "Local.Submit"} {
 		t.Run(kind, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

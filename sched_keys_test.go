@@ -164,13 +164,13 @@ func TestAKeyHoldsBackOnlyTheTasksOfABusyKey(t *testing.T) {
 	}
 }
 
-// TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask: one worker,
+// TestAKeysNextTaskStartsBeforeLaterTasksWhenItsKeyWasNotBusy: one worker,
 // busy. k1 and k2 (one key), then u1, u2 (unkeyed) are accepted in that
 // order. k1 has not even started when u1 and u2 are accepted: no task of
 // key k runs. The doc: tasks are handed to workers in acceptance order,
 // except a task whose key is busy (a task with the same key is running).
 // So the worker, coming free after k1, should get k2 before u1 and u2.
-func TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
+func TestAKeysNextTaskStartsBeforeLaterTasksWhenItsKeyWasNotBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		release := hold(t, p, 1)
@@ -190,12 +190,12 @@ func TestKeyHandedOutAheadLetsLaterTasksPassItsNextTask(t *testing.T) {
 	})
 }
 
-// TestFreedKeyWaitsBehindTheBuffer: one worker runs k1; k2 (same
-// key) waits for it, then 100 unkeyed tasks are accepted. When k1 ends, k2
-// is the earliest accepted task of the queue and its key is free; the doc
-// says only a busy key holds a task back. Count how many later-accepted
-// tasks start before it.
-func TestFreedKeyWaitsBehindTheBuffer(t *testing.T) {
+// TestAFreedKeysNextTaskStartsBeforeTasksAcceptedAfterIt: one worker runs
+// k1; k2 (same key) waits for it, then 100 unkeyed tasks are accepted. When
+// k1 ends, k2 is the earliest accepted task of the queue and its key is
+// free; the doc says only a busy key holds a task back. None of the
+// later-accepted tasks may start before it.
+func TestAFreedKeysNextTaskStartsBeforeTasksAcceptedAfterIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		gate := make(chan struct{})
