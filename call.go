@@ -52,8 +52,8 @@ func call[T any](ctx context.Context, s Submitter, c *callTask[T]) (T, error) {
 		return c.val, c.err
 	case <-ctx.Done():
 	}
-	if p.giveUp([]cancelable{c}) == 0 {
-		// The pool claimed fn first: it runs, or has just ended.
+	if p.giveUp(s, []cancelable{c}) == 0 {
+		// The pool took fn first: it runs, or has just ended.
 		select {
 		case <-c.done:
 			return c.val, c.err
@@ -65,7 +65,7 @@ func call[T any](ctx context.Context, s Submitter, c *callTask[T]) (T, error) {
 
 // A callTask is the waiter of one Call.
 type callTask[T any] struct {
-	claimState
+	takeState
 	where queueSpot
 	ctx   context.Context
 	fn    func(context.Context) (T, error)
@@ -79,12 +79,13 @@ type callTask[T any] struct {
 
 func (c *callTask[T]) spot() *queueSpot { return &c.where }
 
-func (c *callTask[T]) do(l *locals) {
+func (c *callTask[T]) do(l *locals) error {
 	if c.with != nil {
 		c.val, c.err = c.with(l)
-		return
+		return nil
 	}
 	c.val, c.err = c.fn(c.ctx)
+	return nil
 }
 
 func (c *callTask[T]) finish(err error) {

@@ -1,20 +1,18 @@
 package workerpool
 
-import "slices"
-
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
-// takes them back (claimState.giveUp), so that no worker starts them, then
-// asks the dispatcher to remove them from the scheduler. A worker that gets
-// one anyway, from the hand-off buffer, skips it.
+// takes them back (takeState.giveUp), so that no worker starts them, and
+// counts them Canceled, then asks the dispatcher to remove them: from the
+// scheduler, or, if one was handed out and no worker has claimed it yet,
+// by revoking its hand-off. A worker that claimed one first skips it.
 
 // A cancelable is a waiter whose submitter may give up on it before it
 // starts.
 type cancelable interface {
 	waiter
 	giveUp() bool
-	gaveUp() bool
 	spot() *queueSpot
 }
 
@@ -26,10 +24,13 @@ type queueSpot struct {
 	seq  uint64
 }
 
-// giveUp takes back the tasks in ws that the pool has not claimed, tells
-// the dispatcher to remove them from the queue, and counts them Canceled.
-// It reports how many it took back.
-func (p *Pool) giveUp(ws []cancelable) int {
+// giveUp takes back the tasks in ws, submitted to s, that the pool has not
+// taken, counts them Canceled, in the pool and in s if it is a sub-pool,
+// and tells the dispatcher to remove them from the queue. It reports how
+// many it took back. The counts come first, so that they are right even if
+// the dispatcher has finished and the request is never carried out: then
+// every task has run or been dropped already.
+func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
 	back := ws[:0:0]
 	for _, w := range ws {
 		if w.giveUp() {
@@ -39,52 +40,19 @@ func (p *Pool) giveUp(ws []cancelable) int {
 	if len(back) == 0 {
 		return 0
 	}
-	p.stats.canceled.Add(uint64(len(back)))
+	countCanceled(s, len(back))
 	p.request(&request{kind: cancelRequest, cancel: back})
 	return len(back)
 }
 
-// cancel removes from the scheduler the tasks in ws, which their submitters
-// took back. One that is not there may be in the hand-off buffer: then the
-// buffer goes back to the scheduler, and it is removed from there. One that
-// is not there either is in a worker's hands, and the worker skips it.
-func (d *dispatcher) cancel(ws []cancelable) {
-	var missed []cancelable
-	for _, w := range ws {
-		at := w.spot()
-		if at.lane == nil {
-			continue // never queued: it was to run in its submitter
-		}
-		if sub := d.subpool(at.lane); sub != nil {
-			sub.stats.canceled.Add(1)
-		}
-		if !d.cancelAt(*at) {
-			missed = append(missed, w)
-		}
+// countCanceled counts n tasks submitted to s as Canceled: in the pool, and
+// in s if it is a sub-pool.
+func countCanceled(s Submitter, n int) {
+	p, sub := s.target()
+	p.stats.canceled.Add(uint64(n))
+	if sub != nil {
+		sub.stats.canceled.Add(uint64(n))
 	}
-	if len(missed) > 0 && len(d.p.work) > 0 {
-		d.requeue()
-		for _, w := range missed {
-			d.cancelAt(*w.spot())
-		}
-	}
-	d.publishWaiting()
-	d.fill()
-}
-
-// cancelAt removes the task waiting at spot from the scheduler, or from
-// limbo (see requeue), and reports whether it was in either.
-func (d *dispatcher) cancelAt(at queueSpot) bool {
-	if d.sched.cancel(at.lane, at.seq) {
-		return true
-	}
-	i := slices.IndexFunc(d.limbo, func(e entry) bool { return e.lane == at.lane && e.seq == at.seq })
-	if i < 0 {
-		return false
-	}
-	d.sched.ended(d.limbo[i]) // it was out, and never ran
-	d.limbo = slices.Delete(d.limbo, i, i+1)
-	return true
 }
 
 // noteSpot records where e, a task just accepted, waits, if its submitter

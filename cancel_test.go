@@ -623,3 +623,37 @@ func TestLeaversDoNotDisturbTheOrderOfTheRest(t *testing.T) {
 		})
 	}
 }
+
+// A Call waiting in a sub-pool of a paused pool gives up as the pool stops.
+// However the two meet, once both have returned the pool and the sub-pool
+// agree: the task is Canceled (or Abandoned, if the stop dropped it first)
+// in both, neither counts it Waiting, and both balance.
+func TestACallGivingUpAsThePoolStopsIsCountedInItsSubpoolToo(t *testing.T) {
+	rounds := 1000
+	if raceEnabled {
+		rounds /= 4
+	}
+	for round := range rounds {
+		p := workerpool.New(1)
+		sub := p.Subpool("s", 1)
+		pauseCtx, resume := context.WithCancel(context.Background())
+		p.Pause(pauseCtx) // returns at once: nothing runs
+		ctx, cancel := context.WithCancel(context.Background())
+		returned := make(chan struct{})
+		go func() {
+			defer close(returned)
+			workerpool.Call(ctx, sub, func(context.Context) (int, error) { return 0, nil })
+		}()
+		for sub.Status().Submitted == 0 {
+			runtime.Gosched()
+		}
+		go cancel()
+		p.Stop()
+		<-returned
+		resume()
+		ps, ss := p.Status(), sub.Status()
+		if !balanced(ps) || !balanced(ss) || ps.Canceled != ss.Canceled || ps.Abandoned != ss.Abandoned || ss.Waiting != 0 {
+			t.Fatalf("round %d: pool %s; sub-pool %s", round, fmtStatus(ps), fmtStatus(ss))
+		}
+	}
+}

@@ -44,7 +44,7 @@ func (p *Pool) Resize(n int) {
 func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 
 // WaitingQueueSize returns the number of tasks waiting for a worker.
-func (p *Pool) WaitingQueueSize() int { return p.waitingNow() }
+func (p *Pool) WaitingQueueSize() int { return p.waiting(p.stats.workersAndTasks()) }
 
 // isStopping reports whether the dispatcher has stopped accepting tasks.
 func (p *Pool) isStopping() bool {

@@ -1,6 +1,7 @@
 package workerpool
 
 import (
+	"runtime"
 	"slices"
 
 	"github.com/gammazero/deque"
@@ -12,49 +13,42 @@ import (
 //
 // Its loop receives, asks the scheduler, and acts. It receives submissions
 // and requests, and the signals of workers; it asks the scheduler where a
-// task goes and which goes next; and it acts: it sends tasks to workers,
-// starts workers, and answers requests.
+// task goes and which goes next; and it acts: it hands tasks to workers,
+// starts workers, takes hand-offs back, and answers requests.
 //
-// Workers wait for tasks on the shared channel Pool.work. A send on it goes
-// straight to the worker parked longest, if one is; else into the channel's
-// small buffer, the hand-off buffer. Between iterations
-// the loop keeps this invariant: if a task waiting in the scheduler may
-// start and the pool is not paused, then there are as many workers as the
-// maximum, and the buffer is full (or, while lanes take turns, holds a
-// task), so that every worker that comes free finds its next task.
+// Between iterations the loop keeps this invariant (checkLoop tests it in
+// the debug build): unless the pool is paused or dropping its queue, no
+// task waiting in the scheduler may start at once, that is, for the next
+// task the scheduler would hand out: there are as many workers as the
+// maximum; the hand-off buffer holds as many hand-offs as that task may
+// find ahead of it (or, when it may wait there, the buffer is full, or it
+// is offered to the buffer in the select); and when it may go only to a
+// free worker, no worker is free and the loop has asked the workers to
+// signal when one is.
 type dispatcher struct {
 	p     *Pool
 	sched *scheduler
 	max   int        // the current maximum of workers (Resize changes it)
 	subs  []*Subpool // the sub-pools whose tasks the loop has seen, by lane id
 	stops []*request // sub-pools' Stop and StopWait requests, waiting for their lanes to be idle
-	dead  []handOff  // tasks dropped by Stop or a Shutdown deadline, for Stop to return
-	got   []report   // reports taken from Pool.reports, reused
-	// all lists the workers started and not yet forgotten, which the reaper does once they have exited;
-	// retiredDone, retiredSkipped and retiredReceived sum what the
-	// forgotten ones did.
-	all                                          []*worker
-	retiredDone, retiredSkipped, retiredReceived uint64
+	// dropped holds the tasks that Stop or a Shutdown deadline dropped,
+	// for Stop to return.
+	dropped []entry
+	got     []entry // reports taken from Pool.reports, reused
+	crew    crew    // the workers, for reaping and Status
 
-	// handed counts the tasks given to workers (less those taken back)
-	// and quits the quits: together, what workers received or will. sent
-	// numbers the tasks sent on Pool.work, for the cut.
-	handed, quits, sent uint64
-	submitted           uint64 // tasks accepted; published as stats.submitted
-	unplaced            int    // tasks accepted in a row that had to wait; see letWorkersRun
-	starved             bool   // fill waits for a free worker: see workerFree
-	laneCuts            int    // sub-pools' Stops that cut their tasks and wait (watchLate)
-	wants               uint32 // what Pool.wants holds
-
-	// late lists the sends that requeue revoked and that have not come
-	// back; limbo holds the tasks it took back meanwhile.
-	late  []uint64
-	limbo []entry
-
-	// bufLane is the lane whose tasks the hand-off buffer holds, unless
-	// bufMixed says it may hold tasks of several.
-	bufLane  *lane
-	bufMixed bool
+	// out records the hand-offs sent on Pool.work that may be pending;
+	// back and backEntries are revoke's scratch.
+	out         handOffs
+	back        []handOff
+	backEntries []entry
+	// handed counts the tasks given to workers (less those revoked) and
+	// quits the quits: together, what workers received or will.
+	handed, quits uint64
+	submitted     uint64 // tasks accepted; published as stats.submitted
+	unplaced      int    // tasks accepted in a row that had to wait; see letWorkersRun
+	waitsForFree  bool   // fill waits for a worker to come free
+	wants         uint32 // what Pool.wants holds
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
@@ -62,7 +56,7 @@ type dispatcher struct {
 	pauses   deque.Deque[*request]
 
 	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
-	cut      bool // Stop or a passed deadline dropped the queue: drop what comes
+	dropping bool // Stop or a passed deadline dropped the queue: drop what comes
 	down     bool // the loop has ended and Pool.work is closed
 	// deadline is closed once the first of the Shutdown contexts is done;
 	// see checkDeadline.
@@ -87,6 +81,7 @@ func (d *dispatcher) run() {
 		if d.settle() {
 			continue // something changed meanwhile: look again
 		}
+		checkLoop(d)
 		// Receive submissions only while the queue has room, so that Block
 		// submitters wait in their send while a bounded queue is full.
 		// Meanwhile requests come on p.control: a select locks every
@@ -116,7 +111,7 @@ func (d *dispatcher) run() {
 		case work <- next:
 			// A worker took a task from the full buffer: the next goes in.
 			d.sched.take()
-			d.sentOne(next.lane, false)
+			d.sentOne(next)
 			d.publishWaiting()
 		case r := <-control:
 			d.handle(r)
@@ -137,14 +132,15 @@ func (d *dispatcher) run() {
 // no request waits for anything.
 func (d *dispatcher) quiet() bool {
 	return d.sched.waiting == 0 && d.wants == 0 && !d.draining && !d.paused &&
-		len(d.stops) == 0 && d.room() && d.workers() <= d.max
+		len(d.stops) == 0 && d.room() && d.workers() <= d.max && !d.out.holdsTasks()
 }
 
 // finished reports whether the loop is done: the pool is stopping, no task
-// waits, in a lane or in the hand-off buffer, and no submitter is on its
-// way: none that passed its check of Pool.closed is still to hand over.
+// waits in a lane, every hand-off is claimed or revoked, and no submitter
+// is on its way: none that passed its check of Pool.closed is still to
+// hand over.
 func (d *dispatcher) finished() bool {
-	return d.draining && d.sched.waiting == 0 && len(d.p.work) == 0 && len(d.limbo) == 0 && len(d.late) == 0 && d.p.senders.Load() == 0
+	return d.draining && d.sched.waiting == 0 && d.p.senders.Load() == 0 && d.out.settled()
 }
 
 // settle brings the loop up to date before it waits: it takes the
@@ -163,9 +159,20 @@ func (d *dispatcher) settle() bool {
 		d.quitParked(surplus, d.max)
 	}
 	d.fill()
-	buffered, workers := len(d.p.work), d.workers()
+	workers := d.workers()
 	d.updateWants()
-	return d.collect() || d.checkPauseAck() || len(d.p.work) < buffered || d.workers() < workers || d.finished()
+	return d.collect() || d.checkPauseAck() || d.fillable() || d.workers() < workers || d.finished()
+}
+
+// fillable reports whether fill would hand out a task now: workers may have
+// come free, or taken hand-offs from the buffer, since fill looked, and
+// before the wants asked them to signal it.
+func (d *dispatcher) fillable() bool {
+	if !d.canFill() {
+		return false
+	}
+	e, ok := d.sched.peek()
+	return ok && d.placeable(e.lane, d.ahead(e.lane))
 }
 
 // receiving reports whether the loop receives on p.tasks: while the queue
@@ -173,23 +180,6 @@ func (d *dispatcher) settle() bool {
 // check of p.closed before it was set.
 func (d *dispatcher) receiving() bool {
 	return d.room() && (!d.draining || d.cfg().maxWaiting == 0)
-}
-
-// offer returns the task to offer on Pool.work in the select, and whether
-// there is one: the next task that may start, if the hand-off buffer may
-// take it. The send succeeds as soon as a worker makes room.
-func (d *dispatcher) offer() (handOff, bool) {
-	if !d.canFill() || d.workers() < d.max {
-		return handOff{}, false // nothing to hand out, or fill starts workers
-	}
-	if d.workers() > d.max {
-		return handOff{}, false // fill weighs each hand-out against the tasks running
-	}
-	e, ok := d.sched.peek()
-	if !ok || !d.bufferTakes(e.lane) || e.lane.held > 0 {
-		return handOff{}, false // see workerFree
-	}
-	return handOff{kind: runTask, entry: e, sub: d.subpool(e.lane), sent: d.sent + 1}, true
 }
 
 // receive takes m, a submission or a request, then whatever else is
@@ -212,41 +202,131 @@ func (d *dispatcher) receive(m message) {
 	}
 }
 
-// updateWants sets p.wants from what the loop waits for: what it needs the
-// workers to tell it, and whether they must drop late tasks.
-func (d *dispatcher) updateWants() {
-	var wants uint32
-	if d.pauseAck != nil || d.starved {
-		wants |= wantIdle
+// accept takes a submitted task: to a worker at once if it may start and
+// nothing waits (a parked worker, a new one or the hand-off buffer), else
+// into the scheduler.
+func (d *dispatcher) accept(m message) {
+	d.submitted++
+	d.p.stats.submitted.Store(d.submitted)
+	var e entry
+	if m.kind == taskMessage && m.sub == nil {
+		// The common case, kept short: a task of the pool's own queue.
+		e = entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
+	} else {
+		var l *lane
+		if m.sub != nil {
+			l = d.see(m.sub)
+			m.sub.stats.submitted.Add(1)
+		}
+		e = d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage, d.acceptedNow())
 	}
-	if len(d.p.work) > 0 && (d.draining || !d.room() || d.waitsForBuffer()) {
-		// Something waits for the buffer to empty: a stop, a submitter
-		// waiting for room, or a task that the buffer may not take.
-		wants |= wantTaken
+	if m.task.w != nil {
+		noteSpot(e)
 	}
-	if d.sched.holding() || d.sched.busyKeys > 0 || len(d.stops) > 0 {
-		wants |= wantEnds
-	}
-	if d.workers() > d.max {
-		wants |= wantRetire
-	}
-	if d.deadline != nil || d.p.cut.Load() != nil || d.laneCuts > 0 || d.p.revoked.Load() != nil {
-		wants |= watchLate
-	}
-	if wants != d.wants {
-		d.wants = wants
-		d.p.wants.Store(wants)
+	switch {
+	case d.dropping:
+		// Stop dropped the queue: a task that a submitter on its way
+		// handed over since goes the same way.
+		d.drop(e)
+	case !d.paused && d.sched.startsNow(e) && d.roomForOneMore() && d.place(e, d.ahead(e.lane)):
+		d.sched.start(e)
+		if len(d.p.work) > 0 {
+			d.notePeak() // it may wait in the buffer
+		}
+	default:
+		d.wait(e, m.sub)
+		d.letWorkersRun()
 	}
 }
 
-// waitsForBuffer reports whether a task may start that the hand-off buffer
-// may not take now: it holds another lane's task, or lanes take turns.
-func (d *dispatcher) waitsForBuffer() bool {
-	if !d.canFill() {
-		return false
+// acceptedNow returns the time of a task accepted now, for its timing, or
+// 0 if the pool does not time its tasks.
+func (d *dispatcher) acceptedNow() int64 {
+	if !d.cfg().timings {
+		return 0
 	}
-	e, ok := d.sched.peek()
-	return ok && !d.bufferTakes(e.lane)
+	return d.p.now()
+}
+
+// wait puts e, which may not start now, into the scheduler. If e's lane is
+// the first or second to wait and the hand-off buffer holds tasks of other
+// lanes, handed out while no lane but theirs waited, they come back to
+// their lanes first, to take turns with e's.
+func (d *dispatcher) wait(e entry, sub *Subpool) {
+	if !e.lane.inRing && d.sched.lanesWaiting() <= 1 && !d.out.allOf(e.lane) {
+		d.takeBack(nil)
+	}
+	d.sched.wait(e)
+	d.publishWaiting()
+	if sub != nil {
+		sub.notePeak(d.buffered())
+	}
+}
+
+// fill hands out waiting tasks to parked workers, new workers and the
+// hand-off buffer, as many as may start.
+func (d *dispatcher) fill() {
+	d.waitsForFree = false
+	for d.canFill() {
+		e, ok := d.sched.peek()
+		if !ok {
+			break
+		}
+		ahead := d.ahead(e.lane)
+		if ahead == 0 {
+			if d.workers() >= d.max && !d.workerFree() {
+				d.waitsForFree = true
+				break
+			}
+			if e.lane.held > 0 && d.collect() {
+				continue // a key freed as its task ended: look again
+			}
+		}
+		// Published as gone before it is sent: a worker may run it, and its
+		// SubmitWait return, before the loop gets on, and then it must not
+		// count as waiting. publishWaiting puts it right if it stays.
+		d.p.stats.waiting.Store(int64(d.sched.waiting - 1))
+		if !d.place(e, ahead) {
+			break
+		}
+		d.sched.take()
+	}
+	d.publishWaiting()
+}
+
+// canFill reports whether the loop may hand out tasks now.
+func (d *dispatcher) canFill() bool {
+	return !d.paused && !d.dropping && d.sched.waiting > 0 && d.roomForOneMore()
+}
+
+// roomForOneMore reports whether one more task may be handed out without
+// more than the maximum running at once. With no more workers than the
+// maximum, always: a task goes to a parked worker or the hand-off buffer,
+// or starts a worker, which place does only below the maximum. After
+// Resize lowered it, surplus workers are leaving; meanwhile a task may go
+// to one that is parked while fewer than the maximum are handed out and
+// not done. (One that parked just as Resize took effect, before it could
+// see that it was surplus, leaves after that task.)
+func (d *dispatcher) roomForOneMore() bool {
+	return d.workers() <= d.max || d.handed-d.crew.doneTasks() < uint64(d.max)
+}
+
+// letWorkersRun yields once 64 tasks in a row had to wait, if the pool
+// runs on one P. Each task readies a worker and then the next submitter,
+// and the runtime runs the goroutine readied last first, inheriting the
+// time slice, so on one P the dispatcher and busy submitters can keep the
+// workers waiting in the run queue indefinitely, while tasks pile up in
+// the queue. Stepping out of that chain lets them run. With more Ps, idle
+// ones steal the waiting workers, and a yield would only put the
+// dispatcher behind every runnable submitter.
+func (d *dispatcher) letWorkersRun() {
+	if d.unplaced++; d.unplaced < 64 {
+		return
+	}
+	d.unplaced = 0
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.Gosched()
+	}
 }
 
 // see returns sub's lane, and records sub as the owner of its tasks that
@@ -272,15 +352,21 @@ func (d *dispatcher) subpool(l *lane) *Subpool {
 // buffer together hold fewer than the bound.
 func (d *dispatcher) room() bool {
 	bound := d.cfg().maxWaiting
-	return bound == 0 || d.sched.waiting+len(d.p.work)+d.outside() < bound
+	return bound == 0 || d.sched.waiting+d.buffered() < bound
+}
+
+// buffered returns how many tasks may wait in the hand-off buffer: at most
+// what it holds, less the revoked hand-offs that wait there for a worker
+// to drop them, and at most the hand-offs not yet known to be claimed.
+func (d *dispatcher) buffered() int {
+	n := len(d.p.work)
+	if n == 0 {
+		return 0
+	}
+	return min(n, d.out.pending())
 }
 
 func (d *dispatcher) cfg() *config { return &d.p.cfg }
-
-// outside counts the waiting tasks neither in the scheduler nor in the
-// hand-off buffer: those in limbo, and the late ones to come back (see
-// requeue).
-func (d *dispatcher) outside() int { return len(d.limbo) + len(d.late) }
 
 // workers returns how many worker goroutines are counted in: parked, busy
 // or starting.
@@ -290,36 +376,24 @@ func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 // the peak.
 func (d *dispatcher) publishWaiting() {
 	d.notePeak()
-	d.p.stats.waiting.Store(int64(d.sched.waiting + len(d.limbo)))
-}
-
-// notePlaced records the peak of waiting tasks after accept placed a task,
-// which may wait in the hand-off buffer.
-func (d *dispatcher) notePlaced() {
-	if len(d.p.work) > 0 {
-		d.notePeak()
-	}
+	d.p.stats.waiting.Store(int64(d.sched.waiting))
 }
 
 // notePeak records the waiting tasks, those in the hand-off buffer
-// included, as PeakWaiting if they are more.
+// included, as PeakWaiting if they are more. What the buffer holds is
+// known only to within the hand-offs revoked or claimed meanwhile, so the
+// count is held to the bound, which room keeps the tasks waiting within.
 func (d *dispatcher) notePeak() {
-	d.p.stats.peakAtLeast(d.sched.waiting + len(d.p.work) + d.outside())
+	n := d.sched.waiting + d.buffered()
+	if bound := d.cfg().maxWaiting; bound > 0 {
+		n = min(n, bound)
+	}
+	d.p.stats.peakAtLeast(n)
 }
 
 func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }
 
-// publishWorkers lets Status see the workers in d.all.
+// publishWorkers lets Status see the crew.
 func (d *dispatcher) publishWorkers() {
-	d.p.stats.reg.Store(&registry{workers: d.all, retired: d.retiredDone})
-}
-
-// doneTasks returns how many of the tasks handed out workers have done
-// with: finished, or skipped because their submitters gave up on them.
-func (d *dispatcher) doneTasks() uint64 {
-	n := d.retiredDone + d.retiredSkipped
-	for _, w := range d.all {
-		n += w.phase.Load()>>1 + w.skipped.Load()
-	}
-	return n
+	d.p.stats.reg.Store(d.crew.registry())
 }

@@ -83,10 +83,10 @@ func (f *Future[T]) Done() <-chan struct{} {
 	return f.done
 }
 
-func (f *Future[T]) claim() bool { return true } // its submitter never gives up
+func (f *Future[T]) take() bool { return true } // its submitter never gives up
 
 // do runs the task on a worker, or in the caller under CallerRuns.
-func (f *Future[T]) do(*locals) { f.val, f.err = f.fn() }
+func (f *Future[T]) do(*locals) error { f.val, f.err = f.fn(); return nil }
 
 // finish records why the task ended and releases Done and Wait. err is nil
 // after fn returned or called runtime.Goexit; else it replaces fn's error,

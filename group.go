@@ -36,6 +36,7 @@ type Group struct {
 	queued     int   // in the pool, not started; 0 once closed
 	running    int   // started and not ended
 	closed     bool
+	givingUp   bool // close is giving up on the tasks that were queued
 	waitCalled bool
 	idle       chan struct{} // closed once Wait was called and no task is queued or running
 

@@ -400,3 +400,48 @@ func TestGroupGoBlockedForRoomIsNotCanceled(t *testing.T) {
 		}
 	})
 }
+
+// A group's context ends, on another goroutine, while Go still feeds it:
+// the tasks still queued are given up, by the group as its context ends,
+// or by the workers that reach them. Once Wait and then Stop have
+// returned, the counts balance at once, in the pool and in the sub-pool
+// the group ran on: the group's give-up is counted before Wait returns.
+func TestTheCountsBalanceOnceAGroupsWaitAndThePoolsStopReturn(t *testing.T) {
+	rounds := 400
+	if raceEnabled {
+		rounds /= 4
+	}
+	for _, onSub := range []bool{false, true} {
+		t.Run(fmt.Sprint("subpool=", onSub), func(t *testing.T) {
+			for round := range rounds {
+				p := workerpool.New(2)
+				var to grouper = p
+				var sub *workerpool.Subpool
+				if onSub {
+					sub = p.Subpool("s", 2)
+					to = sub
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				g := to.Group(ctx)
+				for i := range 60 {
+					if i == 30 {
+						go cancel()
+					}
+					g.Go(func(context.Context) error { runtime.Gosched(); return nil })
+				}
+				g.Wait()
+				p.Stop()
+				ps := p.Status()
+				if !balanced(ps) {
+					t.Fatalf("round %d: pool %s", round, fmtStatus(ps))
+				}
+				if sub != nil {
+					if ss := sub.Status(); !balanced(ss) || ss.Waiting != 0 || ss.Canceled != ps.Canceled {
+						t.Fatalf("round %d: pool %s; sub-pool %s", round, fmtStatus(ps), fmtStatus(ss))
+					}
+				}
+			}
+		})
+	}
+}

@@ -26,7 +26,7 @@ func (g *Group) track(w cancelable) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		g.p.giveUp([]cancelable{w})
+		g.p.giveUp(g.to, []cancelable{w})
 		return
 	}
 	g.entered++
@@ -36,27 +36,23 @@ func (g *Group) track(w cancelable) {
 	g.mu.Unlock()
 }
 
-// take claims w, a queued task of the group, for the pool (c is its claim
+// take takes w, a queued task of the group, for the pool (c is its take
 // state), and counts it running: from here on it runs, even if the group's
 // context is done before it begins, or Stop drops it. Once the context is
 // done, take instead gives w up, if nothing did yet: it is canceled, and
 // skipped. The group's close counts it skipped with the other queued ones;
 // take does not close the group itself, as it may run on the dispatcher,
 // which close would wait for.
-func (g *Group) take(c *claimState, w cancelable) bool {
+func (g *Group) take(c *takeState, w cancelable) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || g.ctx.Err() != nil {
 		if w.giveUp() {
-			p, sub := g.to.target()
-			p.stats.canceled.Add(1)
-			if sub != nil {
-				sub.stats.canceled.Add(1)
-			}
+			countCanceled(g.to, 1)
 		}
 		return false
 	}
-	if !c.claim() {
+	if !c.take() {
 		return false
 	}
 	g.queued--
@@ -117,42 +113,40 @@ func (g *Group) leave(skip bool, err error) {
 
 // close counts every queued task as skipped, once the group's context is
 // done, and gives up on those the pool has not started: they leave its
-// queue at once.
+// queue at once. Wait is not released before the pool has counted them
+// Canceled, so that once Wait returns the pool's counts balance.
 func (g *Group) close() {
 	g.mu.Lock()
-	queued := g.closeLocked()
+	ws := g.closeLocked()
 	g.mu.Unlock()
-	if queued {
-		g.giveUpQueued()
+	if ws == nil {
+		return
 	}
+	g.p.giveUp(g.to, ws)
+	g.mu.Lock()
+	g.givingUp = false
+	g.settleLocked()
+	g.mu.Unlock()
 }
 
 // closeLocked marks the group closed and counts its queued tasks as
-// skipped, and reports whether there were any, the first time.
-func (g *Group) closeLocked() (queued bool) {
+// skipped, the first time, and returns the tasks to give up on if there
+// were any: Wait then waits until close has given them up.
+func (g *Group) closeLocked() []cancelable {
 	if g.closed {
-		return false
+		return nil
 	}
 	g.closed = true
-	if g.queued > 0 {
-		g.skipped += g.queued
-		g.queued = 0
-		// The tasks did not succeed: unless one failed first, the
-		// context's cause (the parent's, or Canceled after Wait) is the
-		// group's error. The context is done already.
-		g.setErrLocked(context.Cause(g.ctx))
-		g.settleLocked()
-		return true
+	if g.queued == 0 {
+		return nil
 	}
-	return false
-}
-
-// giveUpQueued takes back from the pool the group's tasks that no worker
-// has started, once the group is closed: they never run, and leave the
-// queue at once.
-func (g *Group) giveUpQueued() {
-	g.mu.Lock()
-	ws := make([]cancelable, 0, len(g.mine))
+	g.skipped += g.queued
+	g.queued = 0
+	// The tasks did not succeed: unless one failed first, the context's
+	// cause (the parent's, or Canceled after Wait) is the group's error.
+	// The context is done already.
+	g.setErrLocked(context.Cause(g.ctx))
+	ws := make([]cancelable, 0, len(g.mine)+g.entered)
 	for _, t := range g.mine {
 		ws = append(ws, t)
 	}
@@ -162,13 +156,14 @@ func (g *Group) giveUpQueued() {
 		}
 	}
 	g.mine = nil
-	g.mu.Unlock()
-	g.p.giveUp(ws)
+	g.givingUp = true
+	return ws
 }
 
-// settleLocked releases Wait once no task is queued or running.
+// settleLocked releases Wait once no task is queued or running and no
+// give-up is under way.
 func (g *Group) settleLocked() {
-	if g.waitCalled && g.queued+g.running == 0 {
+	if g.waitCalled && g.queued+g.running == 0 && !g.givingUp {
 		select {
 		case <-g.idle: // released already
 		default:
@@ -219,7 +214,7 @@ func (g *Group) firstErr() error {
 
 // A groupTask is the waiter of one task given to [Group.Go]: 40 bytes.
 type groupTask struct {
-	claimState
+	takeState
 	where queueSpot
 	g     *Group
 	fn    func(context.Context) error
@@ -227,14 +222,15 @@ type groupTask struct {
 
 func (t *groupTask) spot() *queueSpot { return &t.where }
 
-// claim is waiter.claim: see Group.take.
-func (t *groupTask) claim() bool { return t.g.take(&t.claimState, t) }
+// take is waiter.take: see Group.take.
+func (t *groupTask) take() bool { return t.g.take(&t.takeState, t) }
 
 // do runs fn with the group's context.
-func (t *groupTask) do(*locals) {
+func (t *groupTask) do(*locals) error {
 	if err := t.fn(t.g.ctx); err != nil {
 		t.g.fail(err)
 	}
+	return nil
 }
 
 func (t *groupTask) finish(err error) {

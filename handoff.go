@@ -1,232 +1,211 @@
 package workerpool
 
-import "slices"
+// Hand-offs: how a task the dispatcher hands out reaches a worker, and how
+// the dispatcher takes it back if it must.
+//
+// Workers wait for tasks on Pool.work. A send goes to the worker parked
+// longest, if one is; else into the channel's small buffer, the hand-off
+// buffer, where the next worker to come free takes it without waiting for
+// the dispatcher. Without the buffer, every queued task needs the
+// dispatcher and a worker to meet, and short tasks leave the workers
+// waiting for the dispatcher.
+//
+// A task in the buffer is out of the dispatcher's hands, yet whatever must
+// keep it from starting (a pause, a stop, a turn, a call that gives up)
+// may need it back. So each hand-off carries a claim (claim.go): the worker
+// that receives it claims it before it starts it, and the dispatcher takes
+// it back by revoking it; exactly one of the two wins. A revoked hand-off
+// stays in the buffer until a worker receives it and drops it, or a take-
+// back of every hand-off clears the buffer.
+//
+// Which tasks may wait in the buffer ahead of the workers is the
+// scheduler's decision (aheadRule); the loop adds one rule of its own:
+// while a Shutdown deadline is watched, none may (see ahead).
 
-// The hand-off buffer: Pool.work's buffer. It lets a worker that comes free
-// take its next task while the dispatcher is busy or not even scheduled:
-// without it, every queued task needs the dispatcher and the worker to
-// meet, and when tasks are short the workers wait for the dispatcher.
-//
-// The buffer holds only tasks the scheduler handed out, in order, but they
-// are out of the dispatcher's hands: whatever must keep them from starting
-// takes them back first. A pause, a resize, a sub-pool's stop, and a task
-// of another lane that must wait for its turn, put them back in their
-// lanes. Stop and a passed Shutdown deadline drop them, and so do the
-// workers that take one concurrently, past the cut: sent after the first
-// task Stop took back.
-//
-// While more than one lane has waiting tasks, the buffer holds at most one,
-// so that lanes take their turns when workers come free, not when the
-// buffer was filled.
+// What the dispatcher wants of the workers, in Pool.wants. A worker loads
+// it once per task; it is 0 in the common case.
+const (
+	wantIdle     = 1 << iota // signal the end of every task: a Pause, or a task that may go only to a free worker, waits for one
+	wantReceipts             // signal every hand-off received, claimed or revoked: something waits for room in the buffer, or for claims
+	wantEnds                 // signal after reporting the end of a task
+	wantRetire               // exit after a task if there are more workers than the maximum
+)
 
 // handOffBuffer is the capacity of the hand-off buffer: how many waiting
 // tasks workers can take without waiting for the dispatcher. It is bounded
 // by WithMaxWaiting, as buffered tasks wait too.
 const handOffBuffer = 64
 
-// What the dispatcher wants of the workers, in Pool.wants. A worker loads
-// it once per task; it is 0 in the common case.
-const (
-	wantIdle   = 1 << iota // signal the end of every task: a Pause, or a task held back by a busy key, waits for them
-	wantTaken              // signal every task taken from the hand-off buffer
-	wantEnds               // signal after reporting the end of a task
-	wantRetire             // exit after a task if there are more workers than the maximum
-	watchLate              // drop a task received after a Shutdown deadline or past the cut
-)
-
-// A cutoff is where Stop, or a passed Shutdown deadline, cut the tasks sent
-// on Pool.work. The dispatcher publishes it (Pool.cut) and sets watchLate
-// before it takes the hand-off buffer back, then sets sent to that of the
-// first task it took back and closes done. A worker that sees watchLate
-// after receiving a task waits for done and drops the task if it was sent
-// at or past the cut: the worker took it, concurrently, after the
-// dispatcher took an earlier one. A worker that received its task before
-// watchLate was set received it before the take-back began, so it was sent
-// before the cut. Either way, of the tasks in the buffer when Stop cut it,
-// those that start are exactly those sent before the cut.
-type cutoff struct {
-	sent uint64   // written before done is closed
-	late []uint64 // for Pool.revoked: the sends to hand back; written before done is closed
-	done chan struct{}
+// A handOff is what a worker receives on Pool.work: a task to run, with
+// its claim and what the worker reports when it ends, or the word to exit.
+type handOff struct {
+	kind handOffKind
+	entry
+	sub   *Subpool // the task's sub-pool, nil for the pool's own
+	claim *claim   // nil for a worker's first task, which needs none
+	sent  uint64   // the send's number, from 1; what claim holds while pending
 }
 
-// place hands e, a task of sub-pool sub (nil: the pool's own) that may
-// start, to a parked worker, else to a new worker if there are fewer than
-// the maximum, else to the hand-off buffer if it may take it (see
-// bufferTakes), and reports whether it did.
-func (d *dispatcher) place(e entry, sub *Subpool) bool {
-	h := handOff{kind: runTask, entry: e, sub: sub, sent: d.sent + 1}
-	if len(d.p.work) == 0 {
-		// A worker may be parked: a send goes to it if one is. If none
-		// is, the task lands in the buffer, alone; then take it back for a
-		// new worker, unless a worker came free and took it meanwhile.
+type handOffKind uint8
+
+const (
+	noTask  handOffKind = iota // a worker started without a first task
+	runTask                    // run the task, once claimed
+	quit                       // exit: an idle worker is reaped, or the maximum fell
+)
+
+// mustReport reports whether the end of the task must be reported to the
+// dispatcher: a sub-pool's task (its limit, its stop) or a keyed one (its
+// key).
+func (h *handOff) mustReport() bool { return h.sub != nil || h.line != nil }
+
+// place hands e, a task that may start, to a worker: to a parked one, else
+// to a new one if there are fewer than the maximum, else to the hand-off
+// buffer if the scheduler lets e wait there (ahead: how many may) or a
+// worker is free to take it at once. It reports whether it did.
+func (d *dispatcher) place(e entry, ahead int) bool {
+	if !d.placeable(e.lane, ahead) {
+		return false
+	}
+	below := d.workers() < d.max
+	if below && len(d.p.work) > 0 {
+		// No worker is parked while the buffer holds anything: start one.
+		d.start(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
+		return true
+	}
+	h := d.out.next(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
+	select {
+	case d.p.work <- h:
+	default:
+		return false // the buffer filled up with revoked hand-offs
+	}
+	if below && len(d.p.work) > 0 {
+		// No worker was parked and the task landed in the buffer: take it
+		// back for a new worker, unless a worker came free and took it
+		// meanwhile. The buffer held nothing else.
 		select {
-		case d.p.work <- h:
-			if len(d.p.work) > 0 && d.workers() < d.max {
-				select {
-				case h = <-d.p.work:
-					d.start(h)
-					return true
-				default:
-				}
-			}
-			d.sentOne(e.lane, true)
+		case h = <-d.p.work:
+			h.claim, h.sent = nil, 0
+			d.start(h)
 			return true
 		default:
 		}
 	}
-	if d.workers() < d.max {
-		d.start(h)
-		return true
-	}
-	if !d.bufferTakes(e.lane) {
-		return false
-	}
-	select {
-	case d.p.work <- h:
-		d.sentOne(e.lane, false)
-		return true
-	default:
-		return false
-	}
+	d.sentOne(h)
+	return true
 }
 
-// bufferTakes reports whether the hand-off buffer may take a task of lane l:
-// if it is empty, or if it holds tasks of l alone and no other lane has
-// waiting tasks.
-func (d *dispatcher) bufferTakes(l *lane) bool {
-	return len(d.p.work) == 0 || !d.bufMixed && d.bufLane == l && d.sched.lanesWaiting() <= 1
-}
-
-// sentOne counts a task of lane l sent on Pool.work; alone says the buffer
-// held nothing before it.
-func (d *dispatcher) sentOne(l *lane, alone bool) {
-	d.sent++
-	d.handed++
-	d.unplaced = 0
+// placeable reports whether place would hand out now a task of lane l
+// that may wait in the hand-off buffer while fewer than ahead do. When the
+// buffer is full, it may not: the loop offers the task to the buffer in
+// its select instead, or waits for workers to take what is there.
+func (d *dispatcher) placeable(l *lane, ahead int) bool {
 	switch {
-	case alone || d.bufLane == nil: // nil: nothing sent since the buffer was taken back
-		d.bufLane, d.bufMixed = l, false
-	case d.bufLane != l:
-		d.bufMixed = true
+	case d.workers() < d.max:
+		return true
+	case len(d.p.work) == cap(d.p.work):
+		return false
+	case len(d.p.work) == 0 && ahead > 0:
+		return true // a parked worker takes it, or it waits alone
 	}
+	return d.bufferTakes(l, ahead)
 }
 
-// takeBack empties the hand-off buffer and returns the tasks that were in
-// it, in the order they were sent. A worker may take one at the same time;
-// it then runs, as if handed out just before.
-func (d *dispatcher) takeBack() []handOff {
-	var back []handOff
-	for len(d.p.work) > 0 {
-		select {
-		case h := <-d.p.work:
-			back = append(back, h)
-			d.handed--
-		default:
-		}
+// bufferTakes reports whether the hand-off buffer, which holds something,
+// may take one more task of lane l: one that may wait there ahead of the
+// workers while fewer than ahead do, or that a free worker takes at once.
+// Behind another lane's tasks, it waits for its turn (see wait).
+func (d *dispatcher) bufferTakes(l *lane, ahead int) bool {
+	switch {
+	case ahead == 0:
+		return d.workerFree()
+	case !d.out.allOf(l):
+		return false
+	case ahead > 1:
+		return true // the channel's capacity bounds it
 	}
-	d.bufLane, d.bufMixed = nil, false
-	return back
+	return d.buffered() < ahead
 }
 
-// requeue takes the hand-off buffer back and puts its tasks back at the
-// front of their lanes, to be handed out again.
-//
-// Workers may take tasks from the buffer meanwhile. One that takes a task
-// sent before the first the dispatcher took runs it, as handed out just
-// before; one sent after it would start ahead of a task taken back, out
-// of order. So requeue revokes those (Pool.revoked): it publishes the
-// revocation and sets watchLate before it takes the first task back, then
-// lists every later send it did not get, the late ones, and closes done.
-// A worker that receives a task waits for done and hands a late one back
-// (returnedReport). Until every late task has come back, the tasks taken
-// back wait in limbo and nothing is handed out; then they all go back to
-// their lanes, in the order they were sent.
-func (d *dispatcher) requeue() {
-	if len(d.p.work) > 0 {
-		d.requeueExcept(nil)
-	}
+// sentOne counts h as sent on Pool.work. If the buffer is empty after
+// the send, a worker has received h: it went to a parked worker, or one
+// took it at once. It will start: that much of a parked worker's hand-off
+// is settled as soon as it is sent, as if the buffer were not there.
+func (d *dispatcher) sentOne(h handOff) {
+	d.out.commit(h, len(d.p.work) == 0)
+	d.handed++
+	d.p.stats.handed.Store(d.handed)
+	d.unplaced = 0
 }
 
-// requeueExcept is requeue, but returns the tasks of lane l it took back,
-// in order, rather than putting them back: a sub-pool's Stop drops them.
-func (d *dispatcher) requeueExcept(l *lane) (kept []handOff) {
-	cut := &cutoff{done: make(chan struct{})}
-	d.p.revoked.Store(cut)
-	d.updateWants() // watchLate, before the first receive
-	back := d.takeBack()
-	for i, h := range back {
-		if h.kind != runTask {
-			continue
-		}
-		// Every send after the first one taken back, up to the last
-		// send, that is not taken back was taken by a worker.
-		next := d.sent + 1
-		for _, later := range back[i+1:] {
-			if later.kind == runTask {
-				next = later.sent
-				break
-			}
-		}
-		for s := h.sent + 1; s < next; s++ {
-			d.late = append(d.late, s)
-		}
-		if l != nil && h.lane == l {
-			kept = append(kept, h)
-		} else {
-			d.limbo = append(d.limbo, h.entry)
-		}
-	}
-	cut.late = slices.Clone(d.late)
-	close(cut.done)
-	d.settleLimbo()
-	return kept
+// workerFree reports whether a worker is free: not busy, and no pending
+// hand-off waits for it. The loop reads the workers' counts before it takes
+// their reports, and a worker reports a keyed task's end before it counts
+// it done, so a worker counted free here has its report, if any, in.
+func (d *dispatcher) workerFree() bool {
+	return d.handed-d.crew.doneTasks() < uint64(d.workers())
 }
 
-// settleLimbo puts the tasks in limbo back in their lanes once no late
-// task is still to come back, and ends the revocation.
-func (d *dispatcher) settleLimbo() {
-	if len(d.late) > 0 {
-		return
+// takeBack revokes the pending hand-offs of the lanes that which selects
+// (nil: all) and puts their tasks back in their lanes, in order, to be
+// handed out again.
+func (d *dispatcher) takeBack(which func(*lane) bool) {
+	entries := d.revoke(which)
+	if which == nil {
+		d.clearBuffer()
 	}
-	if d.p.revoked.Load() != nil {
-		d.p.revoked.Store(nil)
-		d.updateWants()
-	}
-	if len(d.limbo) > 0 {
-		slices.SortFunc(d.limbo, bySeq)
-		d.sched.putBack(d.limbo)
-		clear(d.limbo)
-		d.limbo = d.limbo[:0]
+	if len(entries) > 0 {
+		d.sched.putBack(entries)
 		d.publishWaiting()
 	}
+	clear(entries)
 }
 
-// cameBack accounts for h, a task a worker handed back unstarted (a late
-// one, see requeue), or dropped past a cut: it is no longer late.
-func (d *dispatcher) cameBack(h handOff) {
-	if i := slices.Index(d.late, h.sent); i >= 0 {
-		d.late = slices.Delete(d.late, i, i+1)
+// dropHandOffs revokes the pending hand-offs of the lanes that which
+// selects (nil: all) and returns their tasks, in send order, no longer
+// running: a stop drops them. The slice is reused by the next call.
+func (d *dispatcher) dropHandOffs(which func(*lane) bool) []entry {
+	entries := d.revoke(which)
+	if which == nil {
+		d.clearBuffer()
 	}
+	for _, e := range entries {
+		d.sched.ended(e) // it was out
+	}
+	return entries
 }
 
-// cutBuffer takes the hand-off buffer back for good, for Stop or a passed
-// Shutdown deadline, and returns its tasks. Workers drop the tasks they
-// take concurrently, sent after the first task it took back. The first cut is the one
-// that counts: nothing is sent on Pool.work after it.
-func (d *dispatcher) cutBuffer() []handOff {
-	if d.p.cut.Load() != nil {
-		return d.takeBack() // cut once already: the buffer is empty
+// revoke revokes the pending hand-offs of the lanes that which selects,
+// uncounts them, and returns their tasks in send order, in a slice that
+// the next call reuses.
+func (d *dispatcher) revoke(which func(*lane) bool) []entry {
+	back := d.out.revoke(which, d.back[:0])
+	entries := d.backEntries[:0]
+	for _, h := range back {
+		entries = append(entries, h.entry)
 	}
-	cut := &cutoff{sent: ^uint64(0), done: make(chan struct{})}
-	d.p.cut.Store(cut)
-	d.updateWants() // watchLate, before the first receive
-	back := d.takeBack()
 	if len(back) > 0 {
-		cut.sent = back[0].sent
+		d.handed -= uint64(len(back))
+		d.p.stats.handed.Store(d.handed)
 	}
-	close(cut.done)
-	return back
+	clear(back)
+	d.back, d.backEntries = back[:0], entries[:0]
+	return entries
+}
+
+// clearBuffer empties the hand-off buffer once every hand-off in it has
+// been revoked, so that it has room again at once; else the workers would
+// drop them one by one as they come free. Revoking every hand-off stops
+// only at one that reached a worker: every hand-off still in the buffer is
+// later, and revoked.
+func (d *dispatcher) clearBuffer() {
+	for len(d.p.work) > 0 {
+		select {
+		case <-d.p.work:
+		default:
+			return // workers took the rest
+		}
+	}
 }
 
 // quitParked tells up to n parked workers, longest parked first, to exit,
@@ -240,7 +219,7 @@ func (d *dispatcher) cutBuffer() []handOff {
 // one that quits.
 func (d *dispatcher) quitParked(n, floor int) {
 	if len(d.p.work) > 0 {
-		return // tasks wait in the buffer, so no worker is parked
+		return // the buffer holds hand-offs, so no worker is parked
 	}
 	for range n {
 		if d.workers() <= floor || !d.sendQuit() {
@@ -273,18 +252,21 @@ func (d *dispatcher) sendQuit() bool {
 }
 
 // start starts a worker goroutine whose first task is h, if it is one:
-// claimed, and counted busy, before the worker runs.
+// counted busy before the worker runs.
 func (d *dispatcher) start(h handOff) {
 	w := new(worker)
-	if h.kind == runTask && h.w != nil && !h.w.claim() {
+	if h.kind == runTask && h.w != nil && !h.w.take() {
 		// Its submitter gave up on it: the new worker starts without it.
+		// The scheduler has yet to count it running: it hears of its end
+		// as a report.
 		if h.mustReport() {
-			d.p.reports.add(report{kind: endedReport, handOff: h})
+			d.p.reports.add(h.entry)
 		}
 		h = handOff{}
 	}
 	if h.kind == runTask {
 		d.handed++
+		d.p.stats.handed.Store(d.handed)
 		d.unplaced = 0
 		w.phase.Store(1) // busy with h: Status shows it at once
 		if h.sub != nil {
@@ -295,8 +277,111 @@ func (d *dispatcher) start(h handOff) {
 	}
 	// Count it before Status can see it busy: Busy <= Workers.
 	d.p.stats.countIn()
-	d.all = append(d.all, w)
+	d.crew.add(w)
 	d.publishWorkers()
 	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 	d.p.startWorker(w, h)
+}
+
+// maxReuse is the most reports whose list the dispatcher keeps for reuse.
+const maxReuse = 256
+
+// collect takes the workers' reports and tells the scheduler, and reports
+// whether there were any.
+func (d *dispatcher) collect() bool {
+	if d.sched.reported == 0 {
+		return false
+	}
+	got := d.p.reports.take(d.got)
+	for _, e := range got {
+		d.sched.ended(e)
+	}
+	clear(got)
+	d.got = got[:0]
+	if cap(got) > maxReuse {
+		d.got = nil // a burst of reports: let it go
+	}
+	if len(got) > 0 {
+		d.settleStops()
+	}
+	return len(got) > 0
+}
+
+// updateWants sets p.wants from what the loop waits for: what it needs the
+// workers to tell it.
+func (d *dispatcher) updateWants() {
+	var wants uint32
+	if d.pauseAck != nil || d.waitsForFree {
+		wants |= wantIdle
+	}
+	if d.waitsForReceipts() {
+		wants |= wantReceipts
+	}
+	if d.sched.holding() || d.sched.busyKeys > 0 || len(d.stops) > 0 {
+		wants |= wantEnds
+	}
+	if d.workers() > d.max {
+		wants |= wantRetire
+	}
+	if wants != d.wants {
+		d.wants = wants
+		d.p.wants.Store(wants)
+	}
+}
+
+// waitsForReceipts reports whether the loop waits for workers to receive
+// hand-offs: to finish, once they are claimed; for room in a bounded
+// queue; to let go of their tasks; or to hand out one more task that may
+// wait in the buffer only alone, or not behind another lane's, or that
+// finds it full of revoked ones.
+func (d *dispatcher) waitsForReceipts() bool {
+	if d.out.pending() == 0 && len(d.p.work) == 0 {
+		return false
+	}
+	if d.draining || !d.room() || d.sched.waiting == 0 && d.out.holdsTasks() {
+		// To finish; for a submitter waiting for room; to let go of the
+		// tasks of the hand-offs in the buffer once they are claimed,
+		// before the loop waits with nothing to do.
+		return true
+	}
+	if !d.canFill() || d.workers() < d.max {
+		return false
+	}
+	e, ok := d.sched.peek()
+	return ok && (d.ahead(e.lane) == 1 || !d.out.allOf(e.lane))
+}
+
+// offer returns the task to offer on Pool.work in the select, and whether
+// there is one: the next task that may start, if it may wait in the
+// hand-off buffer, which is full. The send succeeds as soon as a worker
+// makes room.
+func (d *dispatcher) offer() (handOff, bool) {
+	if !d.canFill() || d.workers() != d.max {
+		// Nothing to hand out; or fill starts workers; or surplus workers
+		// are leaving, and fill weighs each hand-out against the tasks
+		// running.
+		return handOff{}, false
+	}
+	e, ok := d.sched.peek()
+	if !ok || d.ahead(e.lane) <= 1 || !d.out.allOf(e.lane) {
+		return handOff{}, false // fill hands it out when it may go
+	}
+	return d.out.next(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)}), true
+}
+
+// ahead returns how many tasks of lane l may wait in the hand-off buffer
+// ahead of the workers, as the scheduler rules. While a Shutdown deadline
+// is watched, none may: a task goes only to a free worker, so that no
+// task waits where a worker could take it once the deadline has passed.
+func (d *dispatcher) ahead(l *lane) int {
+	if d.deadline != nil {
+		return 0
+	}
+	switch d.sched.ahead(l) {
+	case noneAhead:
+		return 0
+	case oneAhead:
+		return 1
+	}
+	return cap(d.p.work)
 }

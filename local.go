@@ -88,15 +88,19 @@ type localTask[S any] struct {
 	fn func(S)
 }
 
-func (t *localTask[S]) claim() bool { return true } // its submitter never gives up
+func (t *localTask[S]) take() bool { return true } // its submitter never gives up
 
-func (t *localTask[S]) do(l *locals) {
+// do runs the task with the worker's state. If the state cannot be
+// opened, it returns why: the task is then completed without running, and
+// the error goes to the panic handler, after the task is counted, as a
+// panic's would.
+func (t *localTask[S]) do(l *locals) error {
 	s, err := t.x.get(l)
 	if err != nil {
-		t.p.cfg.panicHandler(&PanicError{Value: err})
-		return
+		return err
 	}
 	t.fn(s)
+	return nil
 }
 
 // finish has nothing to tell: a panic went to the panic handler, and a

@@ -704,3 +704,24 @@ func TestLocalCallWithFromAnotherPoolsTask(t *testing.T) {
 		}
 	})
 }
+
+// A failed open is its task's outcome, as a panic would be, but not a
+// panic: the task is counted Completed, not Panicked, and its worker is no
+// longer Busy, before the panic handler hears of it, once.
+func TestAFailedOpenCountsItsTaskCompletedBeforeTheHandlerHearsOfItOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen []workerpool.Status
+		var p *workerpool.Pool
+		p = workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { seen = append(seen, p.Status()) }))
+		x := workerpool.NewLocal(func() (int, error) { return 0, errors.New("open failed") }, nil)
+		require.NoError(t, x.Submit(p, func(int) { t.Error("ran without its state") }))
+		synctest.Wait()
+		require.Len(t, seen, 1, "the handler hears of the failed open once")
+		assert.Equal(t, uint64(1), seen[0].Completed, "Completed when the handler runs")
+		assert.Zero(t, seen[0].Panicked, "a failed open is not a panic")
+		assert.Zero(t, seen[0].Busy, "the worker is not Busy with the task in the handler")
+		p.StopWait()
+		s := p.Status()
+		assert.True(t, balanced(s), "at rest: %s", fmtStatus(s))
+	})
+}

@@ -96,7 +96,7 @@ func (m *mapRun[T, R]) item(i int) cancelable { return &m.tasks[i] }
 
 // A mapTask is the waiter of one item: 40 bytes, in Map's slice.
 type mapTask[T, R any] struct {
-	claimState
+	takeState
 	where queueSpot
 	m     *mapRun[T, R]
 	i     int
@@ -104,18 +104,19 @@ type mapTask[T, R any] struct {
 
 func (t *mapTask[T, R]) spot() *queueSpot { return &t.where }
 
-// claim is waiter.claim: see Group.take.
-func (t *mapTask[T, R]) claim() bool { return t.m.g.take(&t.claimState, t) }
+// take is waiter.take: see Group.take.
+func (t *mapTask[T, R]) take() bool { return t.m.g.take(&t.takeState, t) }
 
 // do calls fn on the item.
-func (t *mapTask[T, R]) do(*locals) {
+func (t *mapTask[T, R]) do(*locals) error {
 	m := t.m
 	r, err := m.fn(m.g.ctx, m.items[t.i])
 	if err != nil {
 		m.g.fail(err)
-		return
+		return nil
 	}
 	m.results[t.i] = r
+	return nil
 }
 
 // finish frees the item's place in the window, then accounts for it.

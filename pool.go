@@ -195,10 +195,11 @@ type Pool struct {
 	// control carries requests to the dispatcher while it does not
 	// receive on tasks.
 	control chan *request
-	// work carries tasks from the dispatcher to the workers, and quits to
-	// idle workers. A send on it goes to the worker parked longest, if one
-	// is; else into its buffer, the hand-off buffer.
-	// Closing it tells the workers to exit once the pool has stopped.
+	// work carries tasks from the dispatcher to the workers, each with
+	// its claim, and quits to idle workers. A send on it goes to the worker
+	// parked longest, if one is; else into its buffer, the hand-off buffer
+	// (see handoff.go). Closing it tells the workers to exit once the pool
+	// has stopped.
 	work chan handOff
 	// wants says what the dispatcher wants of the workers (the want* bits);
 	// only the dispatcher writes it. wake (buffer 1) is how a worker, or a
@@ -206,15 +207,6 @@ type Pool struct {
 	// for happened.
 	wants atomic.Uint32
 	wake  chan struct{}
-	// deadline points at the channel that closes when a Shutdown deadline
-	// passes, while the dispatcher watches one; cut is set when Stop or a
-	// passed deadline first takes back the hand-off buffer. Workers look at
-	// both (watchLate).
-	deadline atomic.Pointer[<-chan struct{}]
-	cut      atomic.Pointer[cutoff]
-	// revoked lists the tasks that workers took from the hand-off buffer
-	// while the dispatcher took it back, after an earlier one: see requeue.
-	revoked atomic.Pointer[cutoff]
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64
@@ -268,8 +260,8 @@ type Pool struct {
 	// let through is taken.
 	senders atomic.Int64
 	_       [cacheLine - 8]byte
-	// reports carries the ends of sub-pools' and keyed tasks, and the tasks
-	// workers dropped, from the workers to the dispatcher.
+	// reports carries the ends of sub-pools' and keyed tasks from the
+	// workers to the dispatcher.
 	reports reports
 	_       [cacheLine - 32]byte
 

@@ -89,26 +89,40 @@ func (p *Pool) clock(ticks <-chan time.Time) {
 	}
 }
 
-// reap advances the reaping clock and tells the workers parked for at least
-// an idle timeout to exit, never going below MinWorkers.
-func (d *dispatcher) reap() {
-	now := time.Now()
-	tick := d.p.tick.Load() + 1
-	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
-	d.p.tick.Store(tick)
-	idle, stale := d.survey(tick, now)
-	d.quitParked(idle-stale, d.cfg().minWorkers)
-	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
+// A crew is the dispatcher's record of its workers: those started and not
+// yet forgotten, which survey does once they have exited, and what the
+// forgotten ones did. Only the dispatcher touches it; Status reads the
+// registry it publishes.
+type crew struct {
+	all                                []*worker
+	retiredDone, retiredSkipped, recvd uint64
 }
 
-// survey counts the workers that look parked since a timeout before now
-// (stale ones included), and the stale ones. It also forgets the workers
-// that have exited, keeping the tasks they did in d.retiredDone and what
-// they received in d.retiredReceived.
-func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
-	received := d.retiredReceived
+// add lists w, a worker about to start.
+func (c *crew) add(w *worker) { c.all = append(c.all, w) }
+
+// registry returns the crew as Status sees it.
+func (c *crew) registry() *registry {
+	return &registry{workers: c.all, retiredDone: c.retiredDone, retiredSkipped: c.retiredSkipped}
+}
+
+// doneTasks returns how many of the tasks handed out the workers have done
+// with: finished, or skipped because their submitters gave up on them.
+func (c *crew) doneTasks() uint64 {
+	n := c.retiredDone + c.retiredSkipped
+	for _, w := range c.all {
+		n += w.phase.Load()>>1 + w.skipped.Load()
+	}
+	return n
+}
+
+// survey counts the workers that look parked since a timeout before now,
+// stale ones included, on clock at tick, and returns them with what the
+// workers received: tasks and quits. It forgets the workers that have
+// exited, keeping what they did, and reports whether it did.
+func (c *crew) survey(clock *reapClock, tick uint64, now time.Time) (idle int, received uint64, forgot bool) {
 	var live []*worker // once a worker has exited: the others
-	for i, w := range d.all {
+	for i, w := range c.all {
 		phase, since := w.state()
 		done, busy, skipped := phase>>1, phase&1, w.skipped.Load()
 		if since == quitMark || since == retiredMark {
@@ -117,12 +131,11 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 			if since == quitMark {
 				got++
 			}
-			d.retiredDone += done
-			d.retiredSkipped += skipped
-			d.retiredReceived += got
-			received += got
+			c.retiredDone += done
+			c.retiredSkipped += skipped
+			c.recvd += got
 			if live == nil {
-				live = append(make([]*worker, 0, len(d.all)), d.all[:i]...)
+				live = append(make([]*worker, 0, len(c.all)), c.all[:i]...)
 			}
 			continue
 		}
@@ -130,15 +143,14 @@ func (d *dispatcher) survey(tick uint64, now time.Time) (idle, stale int) {
 			live = append(live, w)
 		}
 		received += done + skipped + busy
-		if busy == 0 && since != 0 && since <= tick && !d.clock.handledAt(since, tick).Add(d.clock.timeout).After(now) {
+		if busy == 0 && since != 0 && since <= tick && !clock.handledAt(since, tick).Add(clock.timeout).After(now) {
 			idle++
 		}
 	}
 	if live != nil {
 		// A new array, not the old one compacted: Status may be reading
 		// the old one.
-		d.all = live
-		d.publishWorkers()
+		c.all = live
 	}
-	return idle, int(d.handed + d.quits - received)
+	return idle, received + c.recvd, live != nil
 }

@@ -3,6 +3,7 @@ package workerpool
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // A request asks the dispatcher to do something other than take a task.
@@ -16,8 +17,6 @@ type request struct {
 	sub      *Subpool        // sub*: the sub-pool
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
-	gone     []entry         // subStop: the dropped tasks to return, until done closes
-	cut      bool            // subStop: it cut the sub-pool's tasks in the hand-off buffer
 	done     chan struct{}
 }
 
@@ -59,10 +58,11 @@ func (d *dispatcher) handle(r *request) {
 		d.watchDeadline(r.deadline)
 		d.drain()
 	case subResizeRequest:
-		// A task of the sub-pool in the hand-off buffer was handed out
-		// under the old limit: it goes back, to go out under the new one.
-		d.requeue()
-		d.sched.setLimit(r.sub.lane, r.n)
+		// Its tasks in the hand-off buffer were handed out under the old
+		// limit: they go back, to go out under the new one.
+		l := r.sub.lane
+		d.takeBack(func(x *lane) bool { return x == l })
+		d.sched.setLimit(l, r.n)
 		r.sub.stats.limit.Store(int64(r.n))
 		d.fill()
 	case subStopRequest, subDrainRequest:
@@ -85,7 +85,7 @@ func (d *dispatcher) resize(n int) {
 	if n == d.max {
 		return
 	}
-	d.requeue()
+	d.takeBack(nil)
 	d.max = n
 	d.sched.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
@@ -109,7 +109,7 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
-		d.requeue()
+		d.takeBack(nil)
 		// Paused before the pause is acknowledged: once Pause returns,
 		// Status says so.
 		d.setState(Paused)
@@ -123,7 +123,7 @@ func (d *dispatcher) pause(r *request) {
 // checkPauseAck answers the current pause once no task is running: every
 // task handed to a worker is done. It reports whether it did.
 func (d *dispatcher) checkPauseAck() bool {
-	if d.pauseAck != nil && d.doneTasks() == d.handed {
+	if d.pauseAck != nil && d.crew.doneTasks() == d.handed {
 		d.ackPause()
 		return true
 	}
@@ -171,7 +171,8 @@ func (d *dispatcher) drain() {
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
 // none). One that has passed drops the queue at once. The first is watched
 // as it is; each later one is merged with it by a goroutine that ends when
-// either closes or the pool is closing.
+// either closes or the pool is closing. While a deadline is watched, no
+// task waits in the hand-off buffer (see ahead): those there come back.
 func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 	select {
 	case <-dl:
@@ -184,6 +185,7 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		return
 	case d.deadline == nil:
 		d.deadline = dl
+		d.takeBack(nil)
 	default:
 		merged, old, closing := make(chan struct{}), d.deadline, d.p.closing
 		d.p.wg.Add(1)
@@ -199,10 +201,6 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		}()
 		d.deadline = merged
 	}
-	// Workers drop what they take from the hand-off buffer once it passes.
-	deadline := d.deadline
-	d.p.deadline.Store(&deadline)
-	d.updateWants()
 }
 
 // checkDeadline drops the queue if a Shutdown deadline has passed, and
@@ -225,79 +223,65 @@ func (d *dispatcher) checkDeadline() bool {
 }
 
 // dropQueue drops every waiting task, for Stop or a passed Shutdown
-// deadline: those in the hand-off buffer and those in the scheduler, and
-// any that a submitter on its way hands over later.
+// deadline: those handed out that no worker has claimed, those in the
+// scheduler, and any that a submitter on its way hands over later.
 func (d *dispatcher) dropQueue() {
-	d.cut = true
-	for _, h := range d.cutBuffer() {
-		d.sched.ended(h.entry) // it was out
-		d.drop(h)
+	d.dropping = true
+	for _, e := range d.dropHandOffs(nil) {
+		d.drop(e)
 	}
-	for _, e := range d.limbo {
-		d.sched.ended(e) // it was out
-		d.drop(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
-	}
-	clear(d.limbo)
-	d.limbo = d.limbo[:0]
 	for _, e := range d.sched.dropAll() {
-		d.drop(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
+		d.drop(e)
 	}
 	d.publishWaiting()
 }
 
-// drop drops h, a task that will never run: its waiter gets ErrStopped,
+// drop drops e, a task that will never run: its waiter gets ErrStopped,
 // and a fire-and-forget task is kept for Stop to return.
-func (d *dispatcher) drop(h handOff) {
-	if h.w != nil {
-		switch {
-		case !h.w.claim():
-			return // its submitter gave up on it first: canceled, not dropped
-		case isFireAndForget(h.w):
-			h.fn = h.w.(fireAndForget).asFunc() // returned, as a Submit's task
-		default:
-			h.w.finish(ErrStopped)
-		}
-		h.w = nil
+func (d *dispatcher) drop(e entry) {
+	if !d.abandon(&e, d.subpool(e.lane)) {
+		return
 	}
-	d.p.stats.abandoned.Add(1)
-	if h.sub != nil {
-		h.sub.stats.abandoned.Add(1)
-	}
-	d.dead = append(d.dead, h)
+	d.dropped = append(d.dropped, e)
 }
 
-// stopLane carries out a sub-pool's Stop (dropping its waiting tasks) or
-// StopWait, and answers r once the sub-pool has no task waiting or out.
+// abandon counts e, a task of sub (nil: the pool's own) that a stop
+// dropped, Abandoned, and settles it: its waiter gets ErrStopped, and a
+// fire-and-forget waiter becomes its func, for the stop to return. It
+// reports false, and counts nothing, if its submitter gave up on it first:
+// it is Canceled.
+func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
+	if e.w != nil {
+		switch {
+		case !e.w.take():
+			return false
+		case isFireAndForget(e.w):
+			e.fn = e.w.(fireAndForget).asFunc() // returned, as a Submit's task
+		default:
+			e.w.finish(ErrStopped)
+		}
+		e.w = nil
+	}
+	d.p.stats.abandoned.Add(1)
+	if sub != nil {
+		sub.stats.abandoned.Add(1)
+	}
+	return true
+}
+
+// stopLane carries out a sub-pool's Stop (dropping its waiting tasks,
+// those in the hand-off buffer included) or StopWait, and answers r once
+// the sub-pool has no task waiting or out.
 func (d *dispatcher) stopLane(r *request) {
 	sub, l := r.sub, r.sub.lane
-	if r.kind == subStopRequest && !d.cut {
-		// Its tasks in the hand-off buffer have not started: they are
-		// dropped with the others, and so are those that workers take
-		// meanwhile past the cut, as for the pool's Stop (cutoff). The
-		// other lanes' tasks taken back with them are handed out again.
-		cut := &cutoff{sent: ^uint64(0), done: make(chan struct{})}
-		sub.cut.Store(cut)
-		r.cut = true
-		d.laneCuts++
-		d.updateWants() // watchLate, before the first receive
-		var gone []entry
-		for _, h := range d.requeueExcept(l) {
-			cut.sent = min(cut.sent, h.sent)
-			d.sched.ended(h.entry)
-			gone = append(gone, h.entry)
-		}
-		close(cut.done)
-		// Its tasks in limbo (see requeue) have not started either.
-		d.limbo = slices.DeleteFunc(d.limbo, func(e entry) bool {
-			if e.lane != l {
-				return false
+	if r.kind == subStopRequest && !d.dropping {
+		gone := slices.Clone(d.dropHandOffs(func(x *lane) bool { return x == l }))
+		gone = append(gone, d.sched.dropLane(l)...)
+		slices.SortFunc(gone, bySeq)
+		for _, e := range gone {
+			if d.abandon(&e, sub) && e.fn != nil {
+				r.tasks = append(r.tasks, e.fn)
 			}
-			d.sched.ended(e)
-			gone = append(gone, e)
-			return true
-		})
-		for _, e := range append(gone, d.sched.dropLane(l)...) {
-			d.dropFrom(r, e)
 		}
 		d.publishWaiting()
 	}
@@ -307,51 +291,6 @@ func (d *dispatcher) stopLane(r *request) {
 	d.settleStops()
 }
 
-// dropFrom drops e, a task of the sub-pool that r stops: its waiter gets
-// ErrStopped, and a fire-and-forget task is kept for Stop to return.
-func (d *dispatcher) dropFrom(r *request, e entry) {
-	switch {
-	case e.w == nil:
-	case !e.w.claim():
-		return // its submitter gave up on it first: canceled
-	case isFireAndForget(e.w):
-		e.fn, e.w = e.w.(fireAndForget).asFunc(), nil
-	default:
-		e.w.finish(ErrStopped)
-		e.w = nil
-	}
-	if e.fn != nil {
-		r.gone = append(r.gone, e)
-	}
-	d.p.stats.abandoned.Add(1)
-	r.sub.stats.abandoned.Add(1)
-}
-
-// dropLate drops h, a task of a sub-pool that a worker took past the cut
-// of the sub-pool's Stop, and reports whether it did: not if the pool's
-// own Stop cut it, which drops it with the pool's queue.
-func (d *dispatcher) dropLate(h handOff) bool {
-	r := d.cutting(h.sub)
-	if d.cut || r == nil {
-		return false
-	}
-	d.dropFrom(r, h.entry)
-	return true
-}
-
-// cutting returns the Stop request that is cutting sub's tasks, or nil.
-func (d *dispatcher) cutting(sub *Subpool) *request {
-	if sub == nil {
-		return nil
-	}
-	for _, r := range d.stops {
-		if r.sub == sub && r.cut {
-			return r
-		}
-	}
-	return nil
-}
-
 // settleStops answers the sub-pools' Stop and StopWait requests whose
 // sub-pools have no task waiting or out.
 func (d *dispatcher) settleStops() {
@@ -359,26 +298,57 @@ func (d *dispatcher) settleStops() {
 		if !d.sched.idle(r.sub.lane) {
 			return false
 		}
-		if r.cut {
-			d.laneCuts--
-			slices.SortFunc(r.gone, bySeq)
-			for _, e := range r.gone {
-				r.tasks = append(r.tasks, e.fn)
-			}
-			r.gone = nil
-		}
 		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
 		close(r.done)
 		return true
 	})
 }
 
+// cancel removes the tasks in ws, which their submitters took back, from
+// the scheduler, or revokes their hand-offs. One that is in neither is in
+// a worker's hands, and the worker skips it.
+func (d *dispatcher) cancel(ws []cancelable) {
+	for _, w := range ws {
+		at := w.spot()
+		if at.lane == nil || d.sched.cancel(at.lane, at.seq) {
+			continue // never queued (it was to run in its submitter), or removed
+		}
+		if h, ok := d.out.revokeOne(at.lane, at.seq); ok {
+			d.handed--
+			d.p.stats.handed.Store(d.handed)
+			d.sched.left(h.entry)
+		}
+	}
+	d.publishWaiting()
+	d.settleStops()
+	d.fill()
+}
+
+// reap advances the reaping clock and tells the workers parked for at least
+// an idle timeout to exit, never going below MinWorkers. Of the workers
+// that look parked, the stale ones were handed a task or a quit that they
+// have not yet received (see reap.go): as many as were sent and not
+// received.
+func (d *dispatcher) reap() {
+	now := time.Now()
+	tick := d.p.tick.Load() + 1
+	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
+	d.p.tick.Store(tick)
+	idle, received, forgot := d.crew.survey(&d.clock, tick, now)
+	if forgot {
+		d.publishWorkers()
+	}
+	d.quitParked(idle-int(d.handed+d.quits-received), d.cfg().minWorkers)
+	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
+}
+
 // windDown ends the dispatcher's work once the loop is finished: every
-// task accepted has been handed out or dropped, and no submitter is on its
-// way. It tells the workers to exit once their tasks end, answers the
-// requests that come until they have (a sub-pool's Stop returns as soon as
-// its own tasks have ended), and waits for every goroutine the pool
-// started. Then it publishes what was dropped, for Stop, and closes p.done.
+// task accepted has been handed out and claimed, or dropped, and no
+// submitter is on its way. It tells the workers to exit once their tasks
+// end, answers the requests that come until they have (a sub-pool's Stop
+// returns as soon as its own tasks have ended), and waits for every
+// goroutine the pool started. Then it publishes what was dropped, for
+// Stop, and closes p.done.
 func (d *dispatcher) windDown() {
 	p := d.p
 	d.down = true
@@ -402,13 +372,13 @@ func (d *dispatcher) windDown() {
 	p.wg.Wait()
 	d.collect()
 	d.settleStops()
-	slices.SortFunc(d.dead, func(a, b handOff) int { return bySeq(a.entry, b.entry) })
-	for _, h := range d.dead {
-		if h.fn != nil {
-			p.abandoned = append(p.abandoned, h.fn)
+	slices.SortFunc(d.dropped, bySeq)
+	for _, e := range d.dropped {
+		if e.fn != nil {
+			p.abandoned = append(p.abandoned, e.fn)
 		}
 	}
-	p.dropped = len(d.dead) > 0
+	p.dropped = len(d.dropped) > 0
 	d.setState(Stopped)
 	close(p.done)
 }

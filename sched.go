@@ -20,6 +20,12 @@ import (
 //     keeps its place for when one of its tasks ends.
 //   - A stop drops waiting tasks in the one order the pool accepted them,
 //     whatever their lanes and keys.
+//   - How many of a lane's tasks may wait in the hand-off buffer ahead of
+//     the workers (ahead): as many as it holds while one lane has waiting
+//     tasks; one while several do, so that they take turns as workers come
+//     free, not as the buffer fills; none while a busy key holds back one
+//     of the lane's tasks, so that once its key is free it finds no later
+//     task of its lane ahead of it.
 
 // A scheduler holds every waiting task, in lanes, and counts the running
 // ones. The zero scheduler is not ready: use newScheduler.
@@ -165,6 +171,18 @@ func (s *scheduler) unstart(e entry) {
 	}
 }
 
+// left counts e, a started task that its submitter gave up on before a
+// worker took it, as ended, and gives its lane back the turn e took: e
+// never ran, as if it had never been handed out.
+func (s *scheduler) left(e entry) {
+	s.ended(e)
+	if l := e.lane; l.inRing {
+		i := slices.Index(s.ring, l)
+		s.ring = slices.Delete(s.ring, i, i+1)
+		s.ring = slices.Insert(s.ring, 0, l)
+	}
+}
+
 // putBack returns tasks that were started but never reached a worker,
 // listed in the order they were handed out, to the front of their lanes,
 // and their lanes to the front of the ring: they are handed out again
@@ -301,6 +319,27 @@ func (s *scheduler) holding() bool {
 		}
 	}
 	return false
+}
+
+// An aheadRule says how many of a lane's tasks may wait in the hand-off
+// buffer, ahead of the workers, rather than go only to a free worker.
+type aheadRule uint8
+
+const (
+	noneAhead aheadRule = iota // only to a free worker
+	oneAhead                   // one at a time
+	fillAhead                  // as many as the buffer holds
+)
+
+// ahead returns how many of l's tasks may wait in the hand-off buffer.
+func (s *scheduler) ahead(l *lane) aheadRule {
+	switch {
+	case l.held > 0:
+		return noneAhead
+	case len(s.ring) > 1:
+		return oneAhead
+	}
+	return fillAhead
 }
 
 // lanesWaiting returns how many lanes have waiting tasks.

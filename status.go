@@ -102,8 +102,9 @@ func (p *Pool) Status() Status {
 	// that every part is at most the whole it belongs to.
 	panicked := s.panicked.Load()
 	callerRan := s.callerRan.Load()
-	workers, busy, done := s.workersAndTasks()
-	waiting := p.waitingNow()
+	c := s.workersAndTasks()
+	workers, busy, done := c.workers, c.busy, c.done
+	waiting := p.waiting(c)
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
@@ -126,14 +127,18 @@ func (p *Pool) Status() Status {
 	}
 }
 
-// waitingNow returns the tasks waiting for a worker: those in the
-// scheduler, which the dispatcher publishes, and those in the hand-off
-// buffer, which workers take from without telling it. A task the
-// dispatcher has just handed out from the scheduler to the buffer is
-// counted twice until it publishes the scheduler's count, so the sum is
-// held to the bound, which the tasks waiting never exceed.
-func (p *Pool) waitingNow() int {
-	n := int(p.stats.waiting.Load()) + len(p.work)
+// waiting returns the tasks waiting for a worker, as of the workers' counts
+// c: those in the scheduler, which the dispatcher publishes, and those
+// handed out that no worker has claimed yet (see handoff.go): handed out
+// less those the workers received, as their records count them. The
+// dispatcher publishes a hand-off just after it sends it, so a worker may
+// count it first: the difference is held at 0. The sum is held to the
+// bound, which the tasks waiting never exceed.
+func (p *Pool) waiting(c workerCounts) int {
+	n := int(p.stats.waiting.Load())
+	if handed := p.stats.handed.Load(); handed > c.received() {
+		n += int(handed - c.received())
+	}
 	if bound := p.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
 	}
@@ -170,7 +175,8 @@ type stats struct {
 	maxWorkers  atomic.Int64
 	workers     atomic.Uint64 // version<<32 | count; see countIn
 	peakWorkers atomic.Int64
-	waiting     atomic.Int64 // tasks in the scheduler, not the hand-off buffer
+	waiting     atomic.Int64  // tasks in the scheduler, not handed out
+	handed      atomic.Uint64 // tasks handed to workers and not revoked, as the dispatcher counts them
 	peakWaiting atomic.Int64
 	submitted   atomic.Uint64 // tasks the dispatcher accepted
 	abandoned   atomic.Uint64
@@ -193,7 +199,9 @@ type stats struct {
 // reader sees each worker once.
 type registry struct {
 	workers []*worker
-	retired uint64 // tasks done by workers no longer listed
+	// retiredDone and retiredSkipped sum what the workers no longer listed
+	// did: the tasks they finished, and those they skipped.
+	retiredDone, retiredSkipped uint64
 }
 
 // The count of workers shares a word with a version that every change
@@ -240,30 +248,42 @@ func (s *stats) countOutAbove(floor int) bool {
 	}
 }
 
-// workersAndTasks returns the count of workers, how many of them are busy,
-// and how many tasks workers have finished. Busy is read from the same
+// workerCounts are the workers' counts at one instant: how many there
+// are, how many of them are busy, how many tasks they finished and how
+// many they skipped, their submitters having given up on them.
+type workerCounts struct {
+	workers, busy int
+	done, skipped uint64
+}
+
+// received returns how many tasks the workers received and claimed.
+func (c workerCounts) received() uint64 { return c.done + c.skipped + uint64(c.busy) }
+
+// workersAndTasks returns the workers' counts. Busy is read from the same
 // workers as the count: the count did not change while they were read, and
 // a busy worker is always counted, so busy <= workers.
-func (s *stats) workersAndTasks() (workers, busy int, done uint64) {
+func (s *stats) workersAndTasks() workerCounts {
 	for try := 1; ; try++ {
 		before := s.workers.Load()
 		reg := s.reg.Load()
-		busy, done = 0, reg.retired
+		c := workerCounts{done: reg.retiredDone, skipped: reg.retiredSkipped}
 		for _, w := range reg.workers {
 			phase := w.phase.Load()
-			busy += int(phase & 1)
-			done += phase >> 1
+			c.busy += int(phase & 1)
+			c.done += phase >> 1
+			c.skipped += w.skipped.Load()
 		}
 		after := s.workers.Load()
-		workers = int(uint32(after))
+		c.workers = int(uint32(after))
 		if after == before {
-			return workers, busy, done
+			return c
 		}
 		// A worker started or left meanwhile: look again. Workers start
 		// and leave seldom compared with a read of the registry, but
 		// should they never stop, the bound still holds.
 		if try == 8 {
-			return workers, min(busy, workers), done
+			c.busy = min(c.busy, c.workers)
+			return c
 		}
 	}
 }

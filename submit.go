@@ -280,7 +280,7 @@ func (p *Pool) runHere(t task) error {
 	}
 	p.stats.callerSubmitted.Add(1)
 	p.leave()
-	if t.w != nil && !t.w.claim() {
+	if t.w != nil && !t.w.take() {
 		return nil // its submitter gave up on it already
 	}
 	p.run(&handOff{kind: runTask, entry: entry{task: t}}, nil)

@@ -43,9 +43,6 @@ type Subpool struct {
 	closed   atomic.Bool
 	stopping chan struct{}
 	once     sync.Once
-	// cut is where its Stop cut its tasks in the hand-off buffer: see
-	// cutoff. Set by the dispatcher; read by workers.
-	cut atomic.Pointer[cutoff]
 }
 
 // Subpool returns a new sub-pool of p called name, whose tasks run on p's

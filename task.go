@@ -12,17 +12,18 @@ type task struct {
 // A waiter is a task whose submitter learns what became of it: the task of
 // a SubmitWait, a Future, a Call, a Group or a Map.
 //
-// Before it runs or drops the task, the pool claims it: claim reports
-// false if its submitter gave up on it first, and then
-// the pool neither runs it nor tells its submitter anything. Once claimed,
-// the pool calls do, with the worker's states of Locals, and then finish
-// exactly once: after do returned, panicked or called runtime.Goexit (with
-// nil or the *PanicError); or, instead, finish with ErrStopped when a stop
-// dropped the task. finish may run on a worker, the dispatcher or the
-// submitter, so it must not block or call into the pool.
+// Before it runs or drops the task, the pool takes it: take reports false
+// if its submitter gave up on it first, and then the pool neither runs it
+// nor tells its submitter anything. Once taken, the pool calls do, with
+// the worker's states of Locals, and then finish exactly once: after do
+// returned, panicked or called runtime.Goexit (with nil or the
+// *PanicError); or, instead, finish with ErrStopped when a stop dropped the
+// task. do returns nil, or why the task could not run at all: its worker's
+// state could not be opened. finish may run on a worker, the dispatcher or
+// the submitter, so it must not block or call into the pool.
 type waiter interface {
-	claim() bool
-	do(l *locals)
+	take() bool
+	do(l *locals) (notRun error)
 	finish(err error)
 }
 
@@ -41,32 +42,28 @@ func isFireAndForget(w waiter) bool {
 	return ok
 }
 
-// A claimState decides, once, who owns the outcome of a task whose
+// A takeState decides, once, who owns the outcome of a task whose
 // submitter may give up on it: the pool, which runs or drops it, or the
 // submitter.
-type claimState struct{ state atomic.Uint32 }
+type takeState struct{ state atomic.Uint32 }
 
 const (
-	pending = iota
-	claimedByPool
+	undecided = iota
+	takenByPool
 	givenUp
 )
 
-// claim is waiter.claim: the pool takes the task, unless its submitter gave
+// take is waiter.take: the pool takes the task, unless its submitter gave
 // up on it first.
-func (c *claimState) claim() bool {
-	return c.state.Load() == claimedByPool || c.state.CompareAndSwap(pending, claimedByPool)
+func (c *takeState) take() bool {
+	return c.state.Load() == takenByPool || c.state.CompareAndSwap(undecided, takenByPool)
 }
 
-// giveUp takes the task back for its submitter, unless the pool claimed it
+// giveUp takes the task back for its submitter, unless the pool took it
 // first, and reports whether it did.
-func (c *claimState) giveUp() bool { return c.state.CompareAndSwap(pending, givenUp) }
+func (c *takeState) giveUp() bool { return c.state.CompareAndSwap(undecided, givenUp) }
 
-// gaveUp reports whether the task's submitter took it back.
-func (c *claimState) gaveUp() bool { return c.state.Load() == givenUp }
-
-// locals holds a worker's states, one for each Local its tasks asked for
-// asked for. Only the worker's goroutine touches it.
+// locals holds a worker's states, one for each Local its tasks asked for. Only the worker's goroutine touches it.
 type locals struct {
 	values []localValue
 }

@@ -3,7 +3,6 @@ package workerpool
 import (
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -31,28 +30,6 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// A handOff is what a worker receives on Pool.work: a task to run, with
-// what the worker reports when it ends, or the word to exit.
-type handOff struct {
-	kind handOffKind
-	entry
-	sub  *Subpool // the task's sub-pool, nil for the pool's own
-	sent uint64   // the order in which the dispatcher sent it on Pool.work, from 1
-}
-
-type handOffKind uint8
-
-const (
-	noTask  handOffKind = iota // a worker started without a first task
-	runTask                    // run the task
-	quit                       // exit: an idle worker is reaped, or the maximum fell
-)
-
-// mustReport reports whether the end of the task must be reported to the
-// dispatcher: a sub-pool's task (its limit, its stop) or a keyed one (its
-// key).
-func (h *handOff) mustReport() bool { return h.sub != nil || h.line != nil }
-
 // A waitTask is SubmitWait's waiter. It is one allocation: done is a
 // WaitGroup held by value, not a channel.
 type waitTask struct {
@@ -61,8 +38,8 @@ type waitTask struct {
 	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once, in finish
 }
 
-func (w *waitTask) claim() bool { return true } // its submitter never gives up
-func (w *waitTask) do(*locals)  { w.fn() }
+func (w *waitTask) take() bool       { return true } // its submitter never gives up
+func (w *waitTask) do(*locals) error { w.fn(); return nil }
 
 // finish records the outcome and releases the waiting caller. Done makes
 // everything the task wrote happen before SubmitWait returns.
@@ -132,8 +109,9 @@ func (p *Pool) startWorker(w *worker, h handOff) {
 }
 
 // runWorker is the body of a worker goroutine: it runs h, then each task
-// it receives on Pool.work, until it receives a quit, Pool.work is closed,
-// or it retires because the pool has more workers than its maximum.
+// it receives on Pool.work and claims, until it receives a quit, Pool.work
+// is closed, or it retires because the pool has more workers than its
+// maximum.
 func (p *Pool) runWorker(w *worker, h handOff) {
 	defer p.wg.Done()
 	returned := false
@@ -151,12 +129,12 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 			p.startWorker(w, handOff{})
 		}
 	}()
-	counted := h.kind == runTask // the dispatcher claimed a first task and counted it busy
+	counted := h.kind == runTask // the dispatcher counted a first task busy
 	for {
 		switch {
 		case h.kind != runTask:
 			p.stampIdle(w)
-		case !counted && h.w != nil && !h.w.claim():
+		case !counted && h.w != nil && !h.w.take():
 			p.skip(w, &h) // its submitter gave up on it
 		default:
 			if !counted {
@@ -176,18 +154,22 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 		}
 		var open bool
 		h, open = <-p.work
-		if !open {
+		switch {
+		case !open:
 			p.stats.countOut() // the dispatcher is winding down and counts no more
 			p.exit(w, quitMark)
-			break
-		}
-		if h.kind == quit {
+		case h.kind == quit:
 			p.exit(w, quitMark)
-			break
+		default:
+			if !h.claim.claim(h.sent) {
+				h = handOff{} // revoked: the dispatcher holds the task again
+			}
+			if p.wants.Load()&wantReceipts != 0 {
+				p.signal() // the dispatcher waits for room in the buffer, or for claims
+			}
+			continue
 		}
-		if wants := p.wants.Load(); wants != 0 && p.heed(wants, h) {
-			h = handOff{} // dropped: Stop cut it, or a Shutdown deadline passed
-		}
+		break
 	}
 	returned = true
 }
@@ -218,12 +200,11 @@ func (p *Pool) startExit(w *worker, mark uint64) {
 // could start it: the worker counts it skipped, not run, and the scheduler
 // learns it is no longer running.
 func (p *Pool) skip(w *worker, h *handOff) {
-	// As in taskDone: report (a keyed task first), count, then look at
-	// what the dispatcher wants, so that a Pause waiting for this
-	// hand-off hears of it.
+	// As in taskDone: report, count, then look at what the dispatcher
+	// wants, so that a Pause waiting for this hand-off hears of it.
 	reported := h.mustReport()
 	if reported {
-		p.reports.add(report{kind: endedReport, handOff: *h})
+		p.reports.add(h.entry)
 	}
 	w.skipped.Store(w.skipped.Load() + 1)
 	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
@@ -240,66 +221,6 @@ func (p *Pool) stampIdle(w *worker) {
 	}
 }
 
-// heed does what the dispatcher asks of a worker that has just received h
-// (wants), and reports whether h must be dropped.
-func (p *Pool) heed(wants uint32, h handOff) (drop bool) {
-	if wants&wantTaken != 0 {
-		p.signal() // h left the hand-off buffer
-	}
-	if wants&watchLate != 0 && h.kind == runTask {
-		switch {
-		case p.cutOff(h):
-			p.reports.add(report{kind: droppedReport, handOff: h})
-		case p.isRevoked(h):
-			p.reports.add(report{kind: returnedReport, handOff: h})
-		default:
-			return false
-		}
-		p.signal()
-		return true
-	}
-	return false
-}
-
-// isRevoked reports whether h, just received from Pool.work, was revoked
-// by a take-back of the buffer (see requeue) and must go back unstarted.
-func (p *Pool) isRevoked(h handOff) bool {
-	cut := p.revoked.Load()
-	if cut == nil {
-		return false
-	}
-	<-cut.done
-	return slices.Contains(cut.late, h.sent)
-}
-
-// cutOff reports whether h, just received from Pool.work, must not run: a
-// Shutdown deadline has passed, or h was sent at or past the cut that Stop
-// or the deadline made in the hand-off buffer (the tasks it took back and
-// the later ones), or at or past the cut its sub-pool's Stop made in its
-// tasks there.
-func (p *Pool) cutOff(h handOff) bool {
-	if dl := p.deadline.Load(); dl != nil {
-		select {
-		case <-*dl:
-			return true
-		default:
-		}
-	}
-	if cut := p.cut.Load(); cut != nil {
-		<-cut.done
-		if h.sent >= cut.sent {
-			return true
-		}
-	}
-	if h.sub != nil {
-		if cut := h.sub.cut.Load(); cut != nil {
-			<-cut.done
-			return h.sent >= cut.sent
-		}
-	}
-	return false
-}
-
 // signal wakes the dispatcher, if it is not awake already.
 func (p *Pool) signal() {
 	select {
@@ -310,9 +231,10 @@ func (p *Pool) signal() {
 
 // run runs the task of h and accounts for it, on worker w or, for
 // CallerRuns (w == nil), in the submitter. A panic is recovered and
-// reported to the task's waiter or the panic handler. The task is counted
-// done before it is reported, so that when SubmitWait returns the task is
-// Completed in Status, and a panic handler that panics or calls
+// reported to the task's waiter or the panic handler, and so is a task that
+// could not run because its worker's state could not be opened. The task is
+// counted done before it is reported, so that when SubmitWait returns the
+// task is Completed in Status, and a panic handler that panics or calls
 // runtime.Goexit cannot leave it counted as running. The deferred call runs
 // on return, on a panic and on runtime.Goexit alike.
 func (p *Pool) run(h *handOff, w *worker) {
@@ -322,14 +244,17 @@ func (p *Pool) run(h *handOff, w *worker) {
 	}
 	// A task with no waiter takes its panic to the panic handler.
 	handler := h.w == nil || isFireAndForget(h.w)
+	var notRun error
 	defer func() {
 		var pe *PanicError
 		if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
+		} else if notRun != nil && handler {
+			pe = &PanicError{Value: notRun} // not a panic: not counted as one
 		}
-		p.taskDone(h, w, pe != nil, handler)
+		p.taskDone(h, w, pe != nil && notRun == nil, pe != nil && handler)
 		if start != 0 {
-			p.timeTask(h, start, pe != nil)
+			p.timeTask(h, start, pe != nil && notRun == nil)
 		}
 		switch {
 		case pe != nil && handler:
@@ -346,7 +271,7 @@ func (p *Pool) run(h *handOff, w *worker) {
 	if w != nil {
 		l = &w.locals
 	}
-	h.w.do(l)
+	notRun = h.w.do(l)
 }
 
 // asError returns pe as an error: nil if pe is nil.
@@ -361,13 +286,12 @@ func (pe *PanicError) asError() error {
 // is nil, then, if it panicked, as panicked: Panicked is part of
 // Completed. A sub-pool's or a keyed task's end is reported to the
 // dispatcher; if a Pause waits for running tasks, the dispatcher is told.
-// handler says that a panic goes to the panic handler, which is then to
-// run on the worker.
+// handling says that the panic handler is to run next, on the worker.
 //
 // The worker is stamped idle before it is counted not busy, so that Status
 // and reaping never see it idle with the stamp of an earlier idle period;
-// but not while a panic handler is to run: that is not idle.
-func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
+// but not while the panic handler is to run: that is not idle.
+func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -375,7 +299,7 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
 		}
 		return
 	}
-	if panicked && handler {
+	if handling {
 		w.since.Store(0) // busy in the panic handler; stamped after it
 	} else {
 		p.stampIdle(w)
@@ -387,11 +311,12 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
 		}
 	}
 	// A keyed task is reported before it counts done, so that a loop that
-	// sees it done finds its report (see workerFree); any other after, so
-	// that a sub-pool's Stop that the report lets return sees it done.
+	// sees a worker free finds the report that frees its key (see fill);
+	// any other after, so that a sub-pool's Stop that the report lets
+	// return sees it done.
 	reported, keyed := h.mustReport(), h.line != nil
 	if keyed {
-		p.reports.add(report{kind: endedReport, handOff: *h})
+		p.reports.add(h.entry)
 	}
 	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
 	if panicked {
@@ -401,7 +326,7 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handler bool) {
 	// wantEnds before it last collects reports, so either it collects
 	// this one or the worker sees wantEnds and wakes it.
 	if reported && !keyed {
-		p.reports.add(report{kind: endedReport, handOff: *h})
+		p.reports.add(h.entry)
 	}
 	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
 		p.signal() // a Pause waits for running tasks to end, or the report is awaited
@@ -444,4 +369,29 @@ func (h *handlerPanic) Error() string {
 func crash(v error) {
 	go func() { panic(v) }()
 	select {}
+}
+
+// reports carries to the dispatcher the ends of the tasks whose ends the
+// scheduler must know: sub-pools' tasks (their limits, their stops) and
+// keyed ones (their keys). A worker adds its report and, if the dispatcher
+// waits for one (wantEnds), wakes it; the dispatcher takes them all at
+// once.
+type reports struct {
+	mu   sync.Mutex
+	list []entry
+}
+
+func (r *reports) add(e entry) {
+	r.mu.Lock()
+	r.list = append(r.list, e)
+	r.mu.Unlock()
+}
+
+// take swaps the list for buf, emptied, and returns the list.
+func (r *reports) take(buf []entry) []entry {
+	r.mu.Lock()
+	got := r.list
+	r.list = buf[:0]
+	r.mu.Unlock()
+	return got
 }
