@@ -116,6 +116,13 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 	defer p.wg.Done()
 	returned := false
 	defer func() {
+		if v := recover(); v != nil {
+			// The panic handler panicked (a task's own panic is recovered
+			// in run). That ends the program; until it has, this worker
+			// must not count as exited, or StopWait could return, and the
+			// program go on, first.
+			crash(&handlerPanic{value: v, stack: debug.Stack()})
+		}
 		switch {
 		case returned:
 		case w.leaving != 0:
@@ -335,10 +342,10 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
 
 // handlePanic passes a fire-and-forget task's panic to the panic handler,
 // on worker w or, if w is nil, in a CallerRuns submitter. A panic in the
-// handler is not recovered: on a worker it ends the program, as any
-// unrecovered panic does. In a submitter it would unwind into the caller of
-// Submit, which could recover it, so there it ends the program from a
-// goroutine of its own.
+// handler ends the program from a goroutine of its own: on a worker, once
+// runWorker sees it (before the worker counts as exited); in a submitter
+// at once, as it would otherwise unwind into the caller of Submit, which
+// could recover it.
 func (p *Pool) handlePanic(pe *PanicError, w *worker) {
 	if w != nil {
 		p.cfg.panicHandler(pe)

@@ -2,11 +2,13 @@ package workerpool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -169,16 +171,29 @@ func testAPanicOrGoexitFreesItsKeyAndItsPlace(t *testing.T, handler func(*worker
 // one of the crashing programs below instead of the tests.
 const crashEnv = "WORKERPOOL_CRASH_CHILD"
 
+// crashHandler is the panic handler of the crash programs: it says it was
+// called, then panics.
+func crashHandler(pe *workerpool.PanicError) {
+	fmt.Fprintln(os.Stderr, "handler called")
+	panic(fmt.Sprint("handler: ", pe.Value))
+}
+
 // crashPrograms are programs whose only correct outcome is a crash.
 var crashPrograms = map[string]func(){
 	"handler panics on a worker": func() {
-		p := workerpool.New(1, workerpool.WithPanicHandler(func(pe *workerpool.PanicError) { panic("handler: " + pe.Value.(string)) }))
+		p := workerpool.New(1, workerpool.WithPanicHandler(crashHandler))
 		_ = p.Submit(func() { panic("task") })
+		p.StopWait()
+	},
+	"handler panics on a failed open": func() {
+		p := workerpool.New(1, workerpool.WithPanicHandler(crashHandler))
+		x := workerpool.NewLocal(func() (int, error) { return 0, errors.New("task's state failed to open") }, nil)
+		_ = x.Submit(p, func(int) {})
 		p.StopWait()
 	},
 	"handler panics under CallerRuns": func() {
 		p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns),
-			workerpool.WithPanicHandler(func(pe *workerpool.PanicError) { panic("handler: " + pe.Value.(string)) }))
+			workerpool.WithPanicHandler(crashHandler))
 		block := make(chan struct{})
 		_ = p.Submit(func() { <-block })
 		_ = p.Submit(func() { <-block })
@@ -213,6 +228,7 @@ func TestAPanickingPanicHandlerCrashesTheProgram(t *testing.T) {
 			assert.Equal(t, 2, exit.ExitCode(), "an unrecovered panic exits with status 2")
 			assert.Contains(t, string(out), "panic: ")
 			assert.Contains(t, string(out), "handler: task")
+			assert.Equal(t, 1, strings.Count(string(out), "handler called"), "the handler is called once:\n%s", out)
 		})
 	}
 }
