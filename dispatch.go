@@ -113,6 +113,7 @@ func (d *dispatcher) run() {
 			d.sched.take()
 			d.sentOne(next)
 			d.publishWaiting()
+			ok = false
 		case r := <-control:
 			d.handle(r)
 		case <-d.pauseEnd:
@@ -123,6 +124,9 @@ func (d *dispatcher) run() {
 		case <-d.deadline:
 			// A Shutdown's deadline passed; settle drops the queue.
 		}
+		if ok {
+			d.out.unsent() // the offer's task is still the scheduler's
+		}
 	}
 	d.windDown()
 }
@@ -132,7 +136,7 @@ func (d *dispatcher) run() {
 // no request waits for anything.
 func (d *dispatcher) quiet() bool {
 	return d.sched.waiting == 0 && d.wants == 0 && !d.draining && !d.paused &&
-		len(d.stops) == 0 && d.room() && d.workers() <= d.max && !d.out.holdsTasks()
+		len(d.stops) == 0 && d.room() && d.workers() <= d.max
 }
 
 // finished reports whether the loop is done: the pool is stopping, no task

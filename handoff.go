@@ -63,36 +63,57 @@ func (h *handOff) mustReport() bool { return h.sub != nil || h.line != nil }
 // to a new one if there are fewer than the maximum, else to the hand-off
 // buffer if the scheduler lets e wait there (ahead: how many may) or a
 // worker is free to take it at once. It reports whether it did.
+//
+// Only a task that waits in the buffer needs a claim. When the buffer is
+// empty, a worker may be parked: the task goes without one, as if handed
+// over directly. If it lands in the buffer instead, no worker was parked,
+// and the buffer held nothing else: the dispatcher takes it back, for a new
+// worker or to send it again with a claim, unless a worker came free and
+// took it meanwhile.
 func (d *dispatcher) place(e entry, ahead int) bool {
 	if !d.placeable(e.lane, ahead) {
 		return false
 	}
+	h := handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)}
 	below := d.workers() < d.max
-	if below && len(d.p.work) > 0 {
-		// No worker is parked while the buffer holds anything: start one.
-		d.start(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
-		return true
+	if len(d.p.work) > 0 {
+		if below {
+			d.start(h) // no worker is parked while the buffer holds anything
+			return true
+		}
+		return d.buffer(h)
 	}
-	h := d.out.next(handOff{kind: runTask, entry: e, sub: d.subpool(e.lane)})
-	select {
-	case d.p.work <- h:
-	default:
-		return false // the buffer filled up with revoked hand-offs
-	}
-	if below && len(d.p.work) > 0 {
-		// No worker was parked and the task landed in the buffer: take it
-		// back for a new worker, unless a worker came free and took it
-		// meanwhile. The buffer held nothing else.
+	d.p.work <- h // the buffer is empty, and only the dispatcher sends
+	if len(d.p.work) > 0 {
 		select {
 		case h = <-d.p.work:
-			h.claim, h.sent = nil, 0
-			d.start(h)
-			return true
+			if below {
+				d.start(h)
+				return true
+			}
+			return d.buffer(h)
 		default:
 		}
 	}
-	d.sentOne(h)
+	// A worker received it: every hand-off sent before it has too.
+	d.out.reached = d.out.sent
+	d.handed++
+	d.p.stats.handed.Store(d.handed)
+	d.unplaced = 0
 	return true
+}
+
+// buffer sends h to the hand-off buffer with a claim, and reports whether
+// it had room.
+func (d *dispatcher) buffer(h handOff) bool {
+	h = d.out.next(h)
+	select {
+	case d.p.work <- h:
+		d.sentOne(h)
+		return true
+	default:
+		return false // full of revoked hand-offs
+	}
 }
 
 // placeable reports whether place would hand out now a task of lane l
@@ -127,12 +148,9 @@ func (d *dispatcher) bufferTakes(l *lane, ahead int) bool {
 	return d.buffered() < ahead
 }
 
-// sentOne counts h as sent on Pool.work. If the buffer is empty after
-// the send, a worker has received h: it went to a parked worker, or one
-// took it at once. It will start: that much of a parked worker's hand-off
-// is settled as soon as it is sent, as if the buffer were not there.
+// sentOne counts h, with its claim, as sent on Pool.work.
 func (d *dispatcher) sentOne(h handOff) {
-	d.out.commit(h, len(d.p.work) == 0)
+	d.out.commit(h)
 	d.handed++
 	d.p.stats.handed.Store(d.handed)
 	d.unplaced = 0
@@ -331,18 +349,15 @@ func (d *dispatcher) updateWants() {
 
 // waitsForReceipts reports whether the loop waits for workers to receive
 // hand-offs: to finish, once they are claimed; for room in a bounded
-// queue; to let go of their tasks; or to hand out one more task that may
-// wait in the buffer only alone, or not behind another lane's, or that
-// finds it full of revoked ones.
+// queue; or to hand out one more task that may wait in the buffer only
+// alone, or not behind another lane's, or that finds it full of revoked
+// ones.
 func (d *dispatcher) waitsForReceipts() bool {
 	if d.out.pending() == 0 && len(d.p.work) == 0 {
 		return false
 	}
-	if d.draining || !d.room() || d.sched.waiting == 0 && d.out.holdsTasks() {
-		// To finish; for a submitter waiting for room; to let go of the
-		// tasks of the hand-offs in the buffer once they are claimed,
-		// before the loop waits with nothing to do.
-		return true
+	if d.draining || !d.room() {
+		return true // to finish; for a submitter waiting for room
 	}
 	if !d.canFill() || d.workers() < d.max {
 		return false

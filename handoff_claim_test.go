@@ -46,7 +46,7 @@ func (m *claimModel) send(i int) {
 		return // full: the same claim and number serve the next send
 	}
 	m.waiting[i] = m.waiting[i][1:]
-	m.out.commit(h, len(m.work) == 0)
+	m.out.commit(h)
 }
 
 // takeBack revokes the hand-offs of the lanes which selects and puts their
@@ -88,7 +88,7 @@ func TestEveryHandOffIsClaimedOrRevokedAndEachLaneStartsAPrefix(t *testing.T) {
 							if (h.sent+uint64(w))%5 == 0 {
 								runtime.Gosched() // between the receive and the claim
 							}
-							if !h.claim.claim(h.sent) {
+							if _, ok := h.claim.claim(h.sent); !ok {
 								continue
 							}
 							mu.Lock()
@@ -154,12 +154,12 @@ func TestAClaimHeldUpAtTheFrontLetsTheOthersBeReused(t *testing.T) {
 	var o handOffs
 	l := &lane{}
 	first := o.next(handOff{kind: runTask, entry: entry{lane: l, seq: 1}})
-	o.commit(first, false)
+	o.commit(first)
 	claims := map[*claim]bool{first.claim: true}
 	for seq := uint64(2); seq < 5000; seq++ {
 		h := o.next(handOff{kind: runTask, entry: entry{lane: l, seq: seq}})
-		o.commit(h, false)
-		if !h.claim.claim(h.sent) {
+		o.commit(h)
+		if _, ok := h.claim.claim(h.sent); !ok {
 			t.Fatalf("hand-off %d: its claim failed", h.sent)
 		}
 		claims[h.claim] = true
@@ -170,7 +170,7 @@ func TestAClaimHeldUpAtTheFrontLetsTheOthersBeReused(t *testing.T) {
 	if back := o.revoke(nil, nil); len(back) != 0 {
 		t.Errorf("revoked %d hand-offs sent before one that was claimed", len(back))
 	}
-	if !first.claim.claim(first.sent) {
+	if _, ok := first.claim.claim(first.sent); !ok {
 		t.Error("the held-up hand-off's claim failed")
 	}
 }
@@ -182,7 +182,7 @@ func TestARevokedHandOffCannotClaimTheSendThatReusedItsClaim(t *testing.T) {
 	var o handOffs
 	l := &lane{}
 	old := o.next(handOff{kind: runTask, entry: entry{lane: l, seq: 1}})
-	o.commit(old, false)
+	o.commit(old)
 	if back := o.revoke(nil, nil); len(back) != 1 {
 		t.Fatalf("revoked %d hand-offs, want 1", len(back))
 	}
@@ -192,12 +192,12 @@ func TestARevokedHandOffCannotClaimTheSendThatReusedItsClaim(t *testing.T) {
 			t.Fatal("the revoked hand-off's claim is never reused")
 		}
 		reused = o.next(handOff{kind: runTask, entry: entry{lane: l, seq: seq}})
-		o.commit(reused, false)
+		o.commit(reused)
 	}
-	if old.claim.claim(old.sent) {
+	if _, ok := old.claim.claim(old.sent); ok {
 		t.Fatal("the revoked hand-off was claimed")
 	}
-	if !reused.claim.claim(reused.sent) {
+	if _, ok := reused.claim.claim(reused.sent); !ok {
 		t.Fatal("the later send was not claimed by its own worker")
 	}
 }
@@ -210,17 +210,17 @@ func TestRevokeOneTakesBackOnlyThatHandOff(t *testing.T) {
 	var hs []handOff
 	for seq := uint64(1); seq <= 3; seq++ {
 		h := o.next(handOff{kind: runTask, entry: entry{lane: l, seq: seq}})
-		o.commit(h, false)
+		o.commit(h)
 		hs = append(hs, h)
 	}
 	if h, ok := o.revokeOne(l, 2); !ok || h.seq != 2 {
 		t.Fatalf("revokeOne(2) = %d, %v", h.seq, ok)
 	}
-	if hs[1].claim.claim(hs[1].sent) {
+	if _, ok := hs[1].claim.claim(hs[1].sent); ok {
 		t.Error("the revoked hand-off was claimed")
 	}
 	for _, i := range []int{0, 2} {
-		if !hs[i].claim.claim(hs[i].sent) {
+		if _, ok := hs[i].claim.claim(hs[i].sent); !ok {
 			t.Errorf("hand-off %d: its claim failed", hs[i].seq)
 		}
 	}

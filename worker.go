@@ -168,8 +168,11 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 		case h.kind == quit:
 			p.exit(w, quitMark)
 		default:
-			if !h.claim.claim(h.sent) {
-				h = handOff{} // revoked: the dispatcher holds the task again
+			if h.claim != nil {
+				var ok bool
+				if h.task, ok = h.claim.claim(h.sent); !ok {
+					h = handOff{} // revoked: the dispatcher holds the task again
+				}
 			}
 			if p.wants.Load()&wantReceipts != 0 {
 				p.signal() // the dispatcher waits for room in the buffer, or for claims
