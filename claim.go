@@ -87,9 +87,11 @@ type handOffs struct {
 	// number of the latest one known to have reached a worker: every send
 	// up to it has, and none of them can be revoked.
 	sent, reached uint64
-	// lane is the lane of every hand-off in out, if they are all of one
-	// lane; nil if of several.
+	// lane is the lane of the last hand-off sent, and run the number of the
+	// first of the sends of that lane in a row that ends with it: every
+	// hand-off in out is of lane if the first one in out is of the run.
 	lane *lane
+	run  uint64
 	// compactAt is the length of out at which a send that finds no free
 	// claim compacts it first.
 	compactAt int
@@ -121,16 +123,20 @@ func (o *handOffs) unsent() {
 func (o *handOffs) commit(h handOff) {
 	o.sent++
 	o.spare = nil
-	if o.out.Len() == 0 {
-		o.lane = h.lane
-	} else if o.lane != h.lane {
-		o.lane = nil
+	if o.lane != h.lane {
+		o.lane, o.run = h.lane, h.sent
 	}
 	o.out.PushBack(h)
 }
 
-// allOf reports whether every hand-off in out is of lane l.
-func (o *handOffs) allOf(l *lane) bool { return o.out.Len() == 0 || o.lane == l }
+// allOf reports whether every hand-off that may be pending is of lane l.
+func (o *handOffs) allOf(l *lane) bool {
+	if o.out.Len() == 0 || o.lane == l && o.out.Front().sent >= o.run {
+		return true
+	}
+	o.sweep() // the others may be resolved
+	return o.out.Len() == 0 || o.lane == l && o.out.Front().sent >= o.run
+}
 
 // newClaim returns a claim no pending hand-off holds.
 func (o *handOffs) newClaim() *claim {

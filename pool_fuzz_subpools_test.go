@@ -132,7 +132,7 @@ func (m *fuzzModel) resizeSub(target, n int) {
 	tg := &m.targets[target]
 	tg.limit.Store(max(tg.limit.Load(), int64(n)))
 	m.subResizes[target-1] = append(m.subResizes[target-1], n)
-	m.tm.resize()
+	m.tm.resize(target)
 	s := m.subs[target-1]
 	m.spawn(fmt.Sprintf("%s.Resize(%d)", s.Name(), n), func() bool { return true }, func() { s.Resize(n) })
 }

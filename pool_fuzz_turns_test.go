@@ -109,9 +109,9 @@ func (tm *turnModel) waiting() int {
 
 // wait queues tk in lane l, and l in the ring. If the buffer holds another
 // lane's tasks, handed out while no lane but theirs waited, they go back
-// first.
+// first, with the rest of the buffer.
 func (tm *turnModel) wait(l *tmLane, tk *fuzzTask) {
-	if !l.inRing && len(tm.ring) <= 1 && len(tm.buf) > 0 && tm.buf[0].target != l.target {
+	if !l.inRing && len(tm.ring) <= 1 && slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target }) {
 		tm.takeBack()
 	}
 	l.waiting = append(l.waiting, tk)
@@ -130,7 +130,7 @@ func (tm *turnModel) place(l *tmLane, tk *fuzzTask) bool {
 		tm.start(tk)
 	case l.holds():
 		return false // it goes to a free worker only, never to wait in the buffer
-	case len(tm.buf) == 0 || tm.buf[0].target == l.target && len(tm.ring) <= 1 && len(tm.buf) < tmBuffer:
+	case len(tm.buf) == 0 || !slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target }) && len(tm.ring) <= 1 && len(tm.buf) < tmBuffer:
 		tm.buf = append(tm.buf, tk)
 	default:
 		return false
@@ -187,8 +187,17 @@ func (tm *turnModel) next() (int, *tmLane) {
 
 // takeBack puts the buffered tasks back at the front of their lanes, with
 // their lanes first in the ring.
-func (tm *turnModel) takeBack() {
+func (tm *turnModel) takeBack() { tm.takeBackOf(-1) }
+
+// takeBackOf takes back the buffered tasks of target's lane only, or of
+// every lane if target is -1.
+func (tm *turnModel) takeBackOf(target int) {
+	var kept []*fuzzTask
 	for _, tk := range slices.Backward(tm.buf) {
+		if target >= 0 && tk.target != target {
+			kept = append(kept, tk)
+			continue
+		}
 		l := tm.lanes[tk.target]
 		if tk.keyed {
 			l.keysOut[tk.key] = false
@@ -199,7 +208,8 @@ func (tm *turnModel) takeBack() {
 		tm.ring = slices.Insert(tm.ring, 0, l)
 		l.inRing = true
 	}
-	tm.buf = nil
+	slices.Reverse(kept)
+	tm.buf = kept
 }
 
 // end ends the running task: its key has room again, and the worker takes
@@ -238,15 +248,14 @@ func (tm *turnModel) resume() {
 
 // stopLane drops the waiting tasks of target's lane (drop) or lets them run
 // (StopWait); either way the lane accepts nothing more. Stop takes back the
-// tasks handed out ahead, drops those of the lane and hands out the others
-// again.
+// lane's tasks handed out ahead and drops them with its waiting ones.
 func (tm *turnModel) stopLane(target int, drop bool) {
 	l := tm.lanes[target]
 	l.closed = true
 	if !drop {
 		return
 	}
-	tm.takeBack()
+	tm.takeBackOf(target)
 	defer tm.fill()
 	l.waiting = nil
 	if l.inRing {
@@ -280,10 +289,11 @@ func (tm *turnModel) advance(now time.Time) {
 	tm.now = time.Time{}
 }
 
-// resize models a sub-pool's Resize: the buffer goes back, and is filled
-// again. (With one worker, no limit holds a task back.)
-func (tm *turnModel) resize() {
-	tm.takeBack()
+// resize models a sub-pool's Resize: its tasks in the buffer go back, and
+// the buffer is filled again. (With one worker, no limit holds a task
+// back.)
+func (tm *turnModel) resize(target int) {
+	tm.takeBackOf(target)
 	tm.fill()
 }
 
