@@ -459,7 +459,7 @@ func atkRound(t *testing.T, round int, seed uint64) bool {
 	w := &atkWorld{keyRun: map[string]int{}, order: map[string][]int{}}
 	keys := []string{"", "", "x", "y"}
 	stopAt := 50 + rng.IntN(250)
-	mode := rng.IntN(3) // 0 Stop; 1 Stop racing a Shutdown past its deadline; 2 Stop racing a sub-pool's Stop and another's StopWait
+	mode := rng.IntN(4) // 0 Stop; 1 Stop racing a Shutdown past its deadline; 2 Stop racing a sub-pool's Stop and another's StopWait; 3 a Shutdown whose deadline passes as tasks run
 	var bg sync.WaitGroup
 	stopCtl := make(chan struct{})
 	// Controller: pauses and resizes.
@@ -519,7 +519,17 @@ func atkRound(t *testing.T, round int, seed uint64) bool {
 				got = append(got, fs)
 				gotMu.Unlock()
 			}
-			stopped.Go(func() { keep(p.Stop()) })
+			if mode == 3 {
+				deadline := time.Duration(100+rng.IntN(400)) * time.Microsecond
+				stopped.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					defer cancel()
+					fs, _ := p.Shutdown(ctx)
+					keep(fs)
+				})
+			} else {
+				stopped.Go(func() { keep(p.Stop()) })
+			}
 			switch mode {
 			case 1:
 				stopped.Go(func() {

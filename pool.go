@@ -25,7 +25,11 @@
 // so a task is accepted exactly when the dispatcher takes it. Workers wait
 // for tasks on a second channel, longest idle first, whose small buffer
 // (the hand-off buffer) lets a worker that comes free take its next task
-// without waiting for the dispatcher. The dispatcher gives a task to an idle
+// without waiting for the dispatcher. A task in the buffer carries a claim,
+// a word that the worker taking it and the dispatcher taking it back (to
+// pause, stop, or let another queue take its turn) each try to win with
+// one compare-and-swap, so that exactly one does, and the dispatcher knows
+// at once what it holds again. The dispatcher gives a task to an idle
 // worker if there is one, else starts a worker if fewer than the maximum
 // exist, else queues it. Which queued task goes next is decided by a
 // scheduler of plain data, which the dispatcher asks and which never acts.
@@ -366,14 +370,15 @@ func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
 
 // Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
 // runs the queued ones until ctx is done. Then it drops the rest, as
-// [Pool.Stop] does: no queued task starts once ctx is done, even one that a
-// worker finishing at that instant would otherwise take, and with a ctx
-// that is already done none starts at all. Each worker decides as it takes
-// a task, so two that take tasks at the instant ctx is done may decide
-// apart: one starts the later task, before ctx is done, and the other
-// drops the earlier one. Either way Shutdown waits for the running tasks
-// and returns once every goroutine the pool started has finished, as Stop
-// does.
+// [Pool.Stop] does, and with a ctx that is already done none starts at
+// all. The dispatcher decides, alone, what starts: while it watches ctx it
+// gives a queued task only to a worker free to start it at once, never to
+// one that may come free later, and once it sees ctx done it hands out
+// nothing more and takes back what no worker has taken. So the tasks that
+// start are, in each queue, the first ones accepted; a task given to a
+// worker just as ctx is done may start just after. Either way Shutdown
+// waits for the running tasks and returns once every goroutine the pool
+// started has finished, as Stop does.
 //
 // Shutdown returns nil, nil if no accepted task was dropped, however late
 // it returns. If tasks were dropped, it returns the dropped fire-and-forget
