@@ -16,15 +16,16 @@ import (
 // task goes and which goes next; and it acts: it hands tasks to workers,
 // starts workers, takes hand-offs back, and answers requests.
 //
-// Between iterations the loop keeps this invariant (checkLoop tests it in
-// the debug build): unless the pool is paused or dropping its queue, no
-// task waiting in the scheduler may start at once, that is, for the next
-// task the scheduler would hand out: there are as many workers as the
-// maximum; the hand-off buffer holds as many hand-offs as that task may
-// find ahead of it (or, when it may wait there, the buffer is full, or it
-// is offered to the buffer in the select); and when it may go only to a
-// free worker, no worker is free and the loop has asked the workers to
-// signal when one is.
+// Before it waits, the loop keeps this invariant, which checkLoop checks
+// in the build tagged workerpool_checkloop: unless the pool is paused or
+// dropping its queue, or every place under the maximum is taken, the next
+// task the scheduler would hand out cannot go yet. There are as many
+// workers as the maximum, and: the task may go only to a free worker, and
+// none is; or it may wait in the hand-off buffer only alone, or not behind
+// another lane's tasks, and it would; or it may wait there, and the select
+// offers it to the full buffer; or surplus workers are leaving. Where a
+// worker may change that after the loop looked, the loop has asked the
+// workers to signal it (the want bits), and looks again when one does.
 type dispatcher struct {
 	p     *Pool
 	sched *scheduler
@@ -258,7 +259,7 @@ func (d *dispatcher) acceptedNow() int64 {
 // their lanes first, to take turns with e's.
 func (d *dispatcher) wait(e entry, sub *Subpool) {
 	if !e.lane.inRing && d.sched.lanesWaiting() <= 1 && !d.out.allOf(e.lane) {
-		d.takeBack(nil)
+		d.recall(nil)
 	}
 	d.sched.wait(e)
 	d.publishWaiting()
@@ -278,7 +279,7 @@ func (d *dispatcher) fill() {
 		}
 		ahead := d.ahead(e.lane)
 		if ahead == 0 {
-			if d.workers() >= d.max && !d.workerFree() {
+			if d.workers() >= d.max && !d.spareWorker() {
 				d.waitsForFree = true
 				break
 			}
@@ -304,13 +305,9 @@ func (d *dispatcher) canFill() bool {
 }
 
 // roomForOneMore reports whether one more task may be handed out without
-// more than the maximum running at once. With no more workers than the
-// maximum, always: a task goes to a parked worker or the hand-off buffer,
-// or starts a worker, which place does only below the maximum. After
-// Resize lowered it, surplus workers are leaving; meanwhile a task may go
-// to one that is parked while fewer than the maximum are handed out and
-// not done. (One that parked just as Resize took effect, before it could
-// see that it was surplus, leaves after that task.)
+// more than the maximum running at once: always, with no more workers than
+// the maximum. After Resize lowered it, while surplus workers leave, a task
+// may go only while fewer than the maximum are handed out and not done.
 func (d *dispatcher) roomForOneMore() bool {
 	return d.workers() <= d.max || d.handed-d.crew.doneTasks() < uint64(d.max)
 }
@@ -398,6 +395,4 @@ func (d *dispatcher) notePeak() {
 func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }
 
 // publishWorkers lets Status see the crew.
-func (d *dispatcher) publishWorkers() {
-	d.p.stats.reg.Store(d.crew.registry())
-}
+func (d *dispatcher) publishWorkers() { d.p.stats.reg.Store(d.crew.registry()) }

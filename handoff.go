@@ -6,21 +6,12 @@ package workerpool
 // Workers wait for tasks on Pool.work. A send goes to the worker parked
 // longest, if one is; else into the channel's small buffer, the hand-off
 // buffer, where the next worker to come free takes it without waiting for
-// the dispatcher. Without the buffer, every queued task needs the
-// dispatcher and a worker to meet, and short tasks leave the workers
-// waiting for the dispatcher.
-//
-// A task in the buffer is out of the dispatcher's hands, yet whatever must
-// keep it from starting (a pause, a stop, a turn, a call that gives up)
-// may need it back. So each hand-off carries a claim (claim.go): the worker
-// that receives it claims it before it starts it, and the dispatcher takes
-// it back by revoking it; exactly one of the two wins. A revoked hand-off
-// stays in the buffer until a worker receives it and drops it, or a take-
-// back of every hand-off clears the buffer.
-//
-// Which tasks may wait in the buffer ahead of the workers is the
-// scheduler's decision (aheadRule); the loop adds one rule of its own:
-// while a Shutdown deadline is watched, none may (see ahead).
+// the dispatcher, which short tasks would otherwise keep waiting. A task
+// in the buffer carries a claim (claim.go), so that the dispatcher can take
+// it back (for a pause, a stop, a turn, a call that gives up) until a
+// worker claims it. Which tasks may wait there is the scheduler's rule
+// (aheadRule), and one of the loop's: none while a Shutdown deadline is
+// watched (see ahead).
 
 // What the dispatcher wants of the workers, in Pool.wants. A worker loads
 // it once per task; it is 0 in the common case.
@@ -129,17 +120,17 @@ func (d *dispatcher) placeable(l *lane, ahead int) bool {
 	case len(d.p.work) == 0 && ahead > 0:
 		return true // a parked worker takes it, or it waits alone
 	}
-	return d.bufferTakes(l, ahead)
+	return d.mayBuffer(l, ahead)
 }
 
-// bufferTakes reports whether the hand-off buffer, which holds something,
+// mayBuffer reports whether the hand-off buffer, which holds something,
 // may take one more task of lane l: one that may wait there ahead of the
 // workers while fewer than ahead do, or that a free worker takes at once.
 // Behind another lane's tasks, it waits for its turn (see wait).
-func (d *dispatcher) bufferTakes(l *lane, ahead int) bool {
+func (d *dispatcher) mayBuffer(l *lane, ahead int) bool {
 	switch {
 	case ahead == 0:
-		return d.workerFree()
+		return d.spareWorker()
 	case !d.out.allOf(l):
 		return false
 	case ahead > 1:
@@ -156,18 +147,18 @@ func (d *dispatcher) sentOne(h handOff) {
 	d.unplaced = 0
 }
 
-// workerFree reports whether a worker is free: not busy, and no pending
+// spareWorker reports whether a worker is free: not busy, and no pending
 // hand-off waits for it. The loop reads the workers' counts before it takes
 // their reports, and a worker reports a keyed task's end before it counts
 // it done, so a worker counted free here has its report, if any, in.
-func (d *dispatcher) workerFree() bool {
+func (d *dispatcher) spareWorker() bool {
 	return d.handed-d.crew.doneTasks() < uint64(d.workers())
 }
 
-// takeBack revokes the pending hand-offs of the lanes that which selects
+// recall revokes the pending hand-offs of the lanes that which selects
 // (nil: all) and puts their tasks back in their lanes, in order, to be
 // handed out again.
-func (d *dispatcher) takeBack(which func(*lane) bool) {
+func (d *dispatcher) recall(which func(*lane) bool) {
 	entries := d.revoke(which)
 	if which == nil {
 		d.clearBuffer()

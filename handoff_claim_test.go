@@ -49,9 +49,9 @@ func (m *claimModel) send(i int) {
 	m.out.commit(h)
 }
 
-// takeBack revokes the hand-offs of the lanes which selects and puts their
+// recall revokes the hand-offs of the lanes which selects and puts their
 // tasks back in front of their lanes, in order.
-func (m *claimModel) takeBack(which func(*lane) bool) {
+func (m *claimModel) recall(which func(*lane) bool) {
 	m.back = m.out.revoke(which, m.back[:0])
 	for _, h := range slices.Backward(m.back) {
 		i := h.lane.id
@@ -103,9 +103,9 @@ func TestEveryHandOffIsClaimedOrRevokedAndEachLaneStartsAPrefix(t *testing.T) {
 						m.send(rng.IntN(3))
 					case r < 9:
 						l := m.lanes[rng.IntN(3)]
-						m.takeBack(func(x *lane) bool { return x == l })
+						m.recall(func(x *lane) bool { return x == l })
 					default:
-						m.takeBack(nil)
+						m.recall(nil)
 					}
 					if rng.IntN(4) == 0 {
 						runtime.Gosched()
@@ -113,7 +113,7 @@ func TestEveryHandOffIsClaimedOrRevokedAndEachLaneStartsAPrefix(t *testing.T) {
 				}
 				// Stop: what is pending comes back; the rest was claimed or
 				// will be by the worker that received it.
-				m.takeBack(nil)
+				m.recall(nil)
 				close(m.work)
 				wg.Wait()
 				for i := range m.lanes {

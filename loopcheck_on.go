@@ -41,7 +41,7 @@ func checkLoop(d *dispatcher) {
 	ahead := d.ahead(e.lane)
 	switch {
 	case ahead == 0:
-		if d.workerFree() && d.wants&wantIdle == 0 {
+		if d.spareWorker() && d.wants&wantIdle == 0 {
 			panic(fmt.Sprintf("workerpool: loop: task %d may go only to a free worker, one is free, and the loop does not hear of it", e.seq))
 		}
 	case ahead == 1 || !d.out.allOf(e.lane):

@@ -61,7 +61,7 @@ func (d *dispatcher) handle(r *request) {
 		// Its tasks in the hand-off buffer were handed out under the old
 		// limit: they go back, to go out under the new one.
 		l := r.sub.lane
-		d.takeBack(func(x *lane) bool { return x == l })
+		d.recall(func(x *lane) bool { return x == l })
 		d.sched.setLimit(l, r.n)
 		r.sub.stats.limit.Store(int64(r.n))
 		d.fill()
@@ -85,7 +85,7 @@ func (d *dispatcher) resize(n int) {
 	if n == d.max {
 		return
 	}
-	d.takeBack(nil)
+	d.recall(nil)
 	d.max = n
 	d.sched.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
@@ -109,7 +109,7 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
-		d.takeBack(nil)
+		d.recall(nil)
 		// Paused before the pause is acknowledged: once Pause returns,
 		// Status says so.
 		d.setState(Paused)
@@ -185,7 +185,7 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		return
 	case d.deadline == nil:
 		d.deadline = dl
-		d.takeBack(nil)
+		d.recall(nil)
 	default:
 		merged, old, closing := make(chan struct{}), d.deadline, d.p.closing
 		d.p.wg.Add(1)
