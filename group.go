@@ -121,8 +121,10 @@ func (g *Group) TryGo(fn func(ctx context.Context) error) bool {
 //
 // Wait never waits for a task that will not run: a stopped pool reports the
 // tasks it dropped at once. Everything the tasks did happens before Wait
-// returns. Calling Wait from inside a task of the same pool can deadlock, as
-// [Pool.SubmitWait] can.
+// returns, and so does the accounting of those that did not run: the
+// pool's [Pool.Status] (and its sub-pool's) counts them Canceled or
+// Abandoned by then. Calling Wait from inside a task of the same pool can
+// deadlock, as [Pool.SubmitWait] can.
 func (g *Group) Wait() error {
 	g.mu.Lock()
 	g.waitCalled = true

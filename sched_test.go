@@ -177,6 +177,7 @@ func FuzzSched(f *testing.F) {
 	f.Add([]byte{0x30, 0x41, 0x52, 0x60, 0x03, 0x03, 0x07, 0x08, 0x04, 0x03})
 	f.Add([]byte{0x01, 0x01, 0x11, 0x22, 0x32, 0x03, 0x03, 0x09, 0x0a, 0x03, 0x05})
 	f.Add([]byte{0x00, 0x00, 0x00, 0x10, 0x00, 0x1a, 0x0a, 0x03, 0x2a, 0x06, 0x03, 0x0b})
+	f.Add([]byte{0x01, 0x00, 0x01, 0x11, 0x22, 0x03, 0x03, 0x0c, 0x03, 0x1c, 0x09})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newSchedModel(t, data)
 		if len(data) == 0 {
@@ -204,6 +205,7 @@ const (
 	opSchedTakeAll         // hand out every task that may start
 	opSchedCancel          // cancel the arg-th task: waiting unkeyed ones leave, others stay
 	opSchedDropAll
+	opSchedLeave // the arg-th task out leaves before it started: its lane gets its turn back
 )
 
 type schedModel struct {
@@ -345,6 +347,19 @@ func (m *schedModel) step(b byte) {
 			}
 			m.sinceTake = 0
 		}
+	case opSchedLeave:
+		if len(m.out) == 0 {
+			return
+		}
+		i := arg % len(m.out)
+		mt := m.out[i]
+		m.s.left(mt.e)
+		m.out = slices.Delete(m.out, i, i+1)
+		if slices.Contains(m.ring, mt.lane) {
+			m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
+			m.ring = slices.Insert(m.ring, 0, mt.lane)
+		}
+		m.sinceTake = 0
 	case opSchedDropAll:
 		got := m.s.dropAll()
 		var want []entry
@@ -465,6 +480,16 @@ func (m *schedModel) check() {
 		}
 	}
 	require.Equal(m.t, held, m.s.holding(), "holding")
+	for l, ln := range m.lanes {
+		want := fillAhead
+		switch {
+		case slices.ContainsFunc(m.wait, func(mt modelTask) bool { return mt.lane == l && m.keyOut(l, mt.key) }):
+			want = noneAhead // a busy key holds one of its tasks back
+		case len(m.ring) > 1:
+			want = oneAhead
+		}
+		require.Equal(m.t, want, m.s.ahead(ln), "lane %d: how many may wait ahead", l)
+	}
 	ring := []int{}
 	for _, l := range m.s.ring {
 		ring = append(ring, slices.Index(m.lanes, l))
