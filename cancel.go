@@ -3,10 +3,13 @@ package workerpool
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
-// takes them back (takeState.giveUp), so that no worker starts them, and
-// counts them Canceled, then asks the dispatcher to remove them: from the
+// takes them back (takeState.giveUp), so that no worker starts them, then
+// asks the dispatcher to remove them and count them Canceled: from the
 // scheduler, or, if one was handed out and no worker has claimed it yet,
-// by revoking its hand-off. A worker that claimed one first skips it.
+// by revoking its hand-off. A worker that claimed one first skips it. The
+// dispatcher neither finishes nor answers a sub-pool's Stop while a
+// give-up is under way (Pool.givingUp), so that when they return every
+// task taken back is counted.
 
 // A cancelable is a waiter whose submitter may give up on it before it
 // starts.
@@ -25,12 +28,12 @@ type queueSpot struct {
 }
 
 // giveUp takes back the tasks in ws, submitted to s, that the pool has not
-// taken, counts them Canceled, in the pool and in s if it is a sub-pool,
-// and tells the dispatcher to remove them from the queue. It reports how
-// many it took back. The counts come first, so that they are right even if
-// the dispatcher has finished and the request is never carried out: then
-// every task has run or been dropped already.
+// taken, and has the dispatcher remove them from the queue and count them
+// Canceled, in the pool and in s if it is a sub-pool. It returns once they
+// are counted, and reports how many it took back.
 func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
+	p.givingUp.Add(1)
+	defer p.gaveUp()
 	back := ws[:0:0]
 	for _, w := range ws {
 		if w.giveUp() {
@@ -40,9 +43,23 @@ func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
 	if len(back) == 0 {
 		return 0
 	}
-	countCanceled(s, len(back))
-	p.request(&request{kind: cancelRequest, cancel: back})
+	r := &request{kind: cancelRequest, cancel: back, done: make(chan struct{})}
+	if p.request(r) {
+		<-r.done
+	} else {
+		// The dispatcher had finished before this give-up began: no task
+		// of ws is in the queue, and nothing counts them but this.
+		countCanceled(s, len(back))
+	}
 	return len(back)
+}
+
+// gaveUp counts a give-up out of Pool.givingUp, and tells the dispatcher
+// once none is under way: it may be waiting for that.
+func (p *Pool) gaveUp() {
+	if p.givingUp.Add(-1) == 0 {
+		p.signal()
+	}
 }
 
 // countCanceled counts n tasks submitted to s as Canceled: in the pool, and

@@ -92,6 +92,8 @@ type handOffs struct {
 	// hand-off in out is of lane if the first one in out is of the run.
 	lane *lane
 	run  uint64
+	// revokedIn counts the revoked hand-offs still in out.
+	revokedIn int
 	// compactAt is the length of out at which a send that finds no free
 	// claim compacts it first.
 	compactAt int
@@ -173,8 +175,12 @@ func (o *handOffs) sweep() {
 	}
 }
 
-// release keeps c, the claim of a resolved hand-off, for reuse.
+// release keeps c, the claim of a resolved hand-off taken out of out, for
+// reuse.
 func (o *handOffs) release(c *claim) {
+	if c.word.Load() == revoked {
+		o.revokedIn--
+	}
 	if len(o.free) < maxFreeClaims {
 		o.free = append(o.free, c)
 	}
@@ -202,7 +208,22 @@ func (o *handOffs) compact() {
 // in the buffer. It is exact unless a hand-off was claimed out of turn.
 func (o *handOffs) pending() int {
 	o.sweep()
-	return o.out.Len()
+	return o.out.Len() - o.revokedIn
+}
+
+// inBuffer reports whether a hand-off that no worker has received may be
+// pending: if not, whatever the buffer holds is revoked.
+func (o *handOffs) inBuffer() bool {
+	for i := o.out.Len() - 1; i >= 0; i-- {
+		h := o.out.At(i)
+		if h.sent <= o.reached {
+			return false
+		}
+		if h.claim.word.Load() == h.sent {
+			return true
+		}
+	}
+	return false
 }
 
 // settled reports whether every hand-off sent is resolved.
@@ -238,6 +259,7 @@ func (o *handOffs) revoke(which func(*lane) bool, back []handOff) []handOff {
 			}
 			continue // revoked already
 		}
+		o.revokedIn++
 		back = append(back, o.takeTask(h))
 	}
 	// Newest first: reverse what this call added into send order.
@@ -265,6 +287,7 @@ func (o *handOffs) revokeOne(l *lane, seq uint64) (handOff, bool) {
 			if !h.claim.word.CompareAndSwap(h.sent, revoked) {
 				return handOff{}, false
 			}
+			o.revokedIn++
 			return o.takeTask(h), true
 		}
 	}

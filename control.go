@@ -44,7 +44,10 @@ func (p *Pool) Resize(n int) {
 func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
 
 // WaitingQueueSize returns the number of tasks waiting for a worker.
-func (p *Pool) WaitingQueueSize() int { return p.waiting(p.stats.workersAndTasks()) }
+func (p *Pool) WaitingQueueSize() int {
+	inHand := p.stats.inHand.Load()
+	return p.waiting(inHand, p.stats.workersAndTasks())
+}
 
 // isStopping reports whether the dispatcher has stopped accepting tasks.
 func (p *Pool) isStopping() bool {
@@ -61,4 +64,24 @@ func (p *Pool) isStopping() bool {
 // pool may still be finishing tasks; [Pool.Status] tells whether it has.
 func (p *Pool) Stopped() bool {
 	return p.stopCalled.Load() || p.drainCalled.Load() || p.isStopping()
+}
+
+// request sends r to the dispatcher, unless it has finished. It does not
+// wait for r.done.
+func (p *Pool) request(r *request) bool { return p.sendRequest(r, p.done, nil) }
+
+// sendRequest sends r to the dispatcher on p.tasks, where it waits for
+// submissions alone, or on p.control, which it receives otherwise. It gives
+// up, and returns false, once either of the two channels is closed (nil:
+// never).
+func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
+	select {
+	case p.tasks <- message{kind: requestMessage, req: r}:
+	case p.control <- r:
+	case <-giveUp:
+		return false
+	case <-cancel:
+		return false
+	}
+	return true
 }

@@ -48,7 +48,6 @@ type dispatcher struct {
 	handed, quits uint64
 	submitted     uint64 // tasks accepted; published as stats.submitted
 	unplaced      int    // tasks accepted in a row that had to wait; see letWorkersRun
-	waitsForFree  bool   // fill waits for a worker to come free
 	wants         uint32 // what Pool.wants holds
 
 	paused   bool
@@ -56,12 +55,12 @@ type dispatcher struct {
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[*request]
 
-	draining bool // Stop, StopWait or Shutdown was called: accept nothing more
-	dropping bool // Stop or a passed deadline dropped the queue: drop what comes
-	down     bool // the loop has ended and Pool.work is closed
-	// deadline is closed once the first of the Shutdown contexts is done;
-	// see checkDeadline.
-	deadline <-chan struct{}
+	draining  bool              // Stop, StopWait or Shutdown was called: accept nothing more
+	dropping  bool              // Stop or a passed deadline dropped the queue: drop what comes
+	down      bool              // the loop has ended and Pool.work is closed
+	ended     bool              // every goroutine the pool started has exited
+	deadlines []<-chan struct{} // the Shutdown contexts' Done channels (see watchDeadline)
+	deadline  <-chan struct{}   // closed once the first of the deadlines is
 
 	clock reapClock // see reap.go
 }
@@ -133,19 +132,20 @@ func (d *dispatcher) run() {
 }
 
 // quiet reports whether the loop has nothing to do but receive: nothing
-// waits to be handed out, no worker is asked to signal or to retire, and
-// no request waits for anything.
+// waits to be handed out, no task is out whose end the scheduler must
+// hear of, no worker is asked to signal or to retire, and no request waits
+// for anything.
 func (d *dispatcher) quiet() bool {
-	return d.sched.waiting == 0 && d.wants == 0 && !d.draining && !d.paused &&
+	return d.sched.waiting == 0 && d.sched.reported == 0 && d.wants == 0 && !d.draining && !d.paused &&
 		len(d.stops) == 0 && d.room() && d.workers() <= d.max
 }
 
 // finished reports whether the loop is done: the pool is stopping, no task
-// waits in a lane, every hand-off is claimed or revoked, and no submitter
-// is on its way: none that passed its check of Pool.closed is still to
-// hand over.
+// waits in a lane, every hand-off is claimed or revoked, no submitter is on
+// its way (none that passed its check of Pool.closed is still to hand
+// over), and no give-up is under way.
 func (d *dispatcher) finished() bool {
-	return d.draining && d.sched.waiting == 0 && d.p.senders.Load() == 0 && d.out.settled()
+	return d.draining && d.sched.waiting == 0 && d.p.senders.Load() == 0 && d.p.givingUp.Load() == 0 && d.out.settled()
 }
 
 // settle brings the loop up to date before it waits: it takes the
@@ -155,6 +155,7 @@ func (d *dispatcher) finished() bool {
 // done something just before the wants asked it to signal it.
 func (d *dispatcher) settle() bool {
 	d.collect()
+	d.settleStops()
 	if d.checkDeadline() {
 		return true
 	}
@@ -235,6 +236,7 @@ func (d *dispatcher) accept(m message) {
 		d.drop(e)
 	case !d.paused && d.sched.startsNow(e) && d.roomForOneMore() && d.place(e, d.ahead(e.lane)):
 		d.sched.start(e)
+		d.publishInHand()
 		if len(d.p.work) > 0 {
 			d.notePeak() // it may wait in the buffer
 		}
@@ -271,7 +273,6 @@ func (d *dispatcher) wait(e entry, sub *Subpool) {
 // fill hands out waiting tasks to parked workers, new workers and the
 // hand-off buffer, as many as may start.
 func (d *dispatcher) fill() {
-	d.waitsForFree = false
 	for d.canFill() {
 		e, ok := d.sched.peek()
 		if !ok {
@@ -280,17 +281,12 @@ func (d *dispatcher) fill() {
 		ahead := d.ahead(e.lane)
 		if ahead == 0 {
 			if d.workers() >= d.max && !d.spareWorker() {
-				d.waitsForFree = true
 				break
 			}
 			if e.lane.held > 0 && d.collect() {
 				continue // a key freed as its task ended: look again
 			}
 		}
-		// Published as gone before it is sent: a worker may run it, and its
-		// SubmitWait return, before the loop gets on, and then it must not
-		// count as waiting. publishWaiting puts it right if it stays.
-		d.p.stats.waiting.Store(int64(d.sched.waiting - 1))
 		if !d.place(e, ahead) {
 			break
 		}
@@ -314,12 +310,10 @@ func (d *dispatcher) roomForOneMore() bool {
 
 // letWorkersRun yields once 64 tasks in a row had to wait, if the pool
 // runs on one P. Each task readies a worker and then the next submitter,
-// and the runtime runs the goroutine readied last first, inheriting the
-// time slice, so on one P the dispatcher and busy submitters can keep the
-// workers waiting in the run queue indefinitely, while tasks pile up in
-// the queue. Stepping out of that chain lets them run. With more Ps, idle
-// ones steal the waiting workers, and a yield would only put the
-// dispatcher behind every runnable submitter.
+// and the runtime runs the goroutine readied last first, so on one P the
+// dispatcher and busy submitters can keep the workers waiting in the run
+// queue indefinitely, while tasks pile up. With more Ps, idle ones steal
+// the workers, and a yield would only put the dispatcher behind them all.
 func (d *dispatcher) letWorkersRun() {
 	if d.unplaced++; d.unplaced < 64 {
 		return
@@ -373,11 +367,18 @@ func (d *dispatcher) cfg() *config { return &d.p.cfg }
 // or starting.
 func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 
-// publishWaiting publishes the tasks waiting in the lanes, having recorded
-// the peak.
+// publishWaiting publishes the tasks in hand, having recorded the peak of
+// those waiting.
 func (d *dispatcher) publishWaiting() {
 	d.notePeak()
-	d.p.stats.waiting.Store(int64(d.sched.waiting))
+	d.publishInHand()
+}
+
+// publishInHand publishes the tasks in hand (see stats.inHand): only
+// between moves, once a task handed out has left the scheduler's count,
+// so that Status never counts one twice.
+func (d *dispatcher) publishInHand() {
+	d.p.stats.inHand.Store(uint64(d.sched.waiting) + d.handed)
 }
 
 // notePeak records the waiting tasks, those in the hand-off buffer

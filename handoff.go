@@ -1,5 +1,7 @@
 package workerpool
 
+import "slices"
+
 // Hand-offs: how a task the dispatcher hands out reaches a worker, and how
 // the dispatcher takes it back if it must.
 //
@@ -89,7 +91,6 @@ func (d *dispatcher) place(e entry, ahead int) bool {
 	// A worker received it: every hand-off sent before it has too.
 	d.out.reached = d.out.sent
 	d.handed++
-	d.p.stats.handed.Store(d.handed)
 	d.unplaced = 0
 	return true
 }
@@ -143,16 +144,17 @@ func (d *dispatcher) mayBuffer(l *lane, ahead int) bool {
 func (d *dispatcher) sentOne(h handOff) {
 	d.out.commit(h)
 	d.handed++
-	d.p.stats.handed.Store(d.handed)
 	d.unplaced = 0
 }
 
-// spareWorker reports whether a worker is free: not busy, and no pending
-// hand-off waits for it. The loop reads the workers' counts before it takes
-// their reports, and a worker reports a keyed task's end before it counts
-// it done, so a worker counted free here has its report, if any, in.
+// spareWorker reports whether a worker is free: not busy, not in a panic
+// handler or a task observer, nor about to report a keyed task's end, and
+// no pending hand-off waits for it. The loop reads the workers' counts
+// before it takes their reports, so a worker counted free here has its
+// report, if any, in.
 func (d *dispatcher) spareWorker() bool {
-	return d.handed-d.crew.doneTasks() < uint64(d.workers())
+	done, occupied := d.crew.tasksAndOccupied()
+	return d.handed-done+uint64(occupied) < uint64(d.workers())
 }
 
 // recall revokes the pending hand-offs of the lanes that which selects
@@ -160,9 +162,6 @@ func (d *dispatcher) spareWorker() bool {
 // handed out again.
 func (d *dispatcher) recall(which func(*lane) bool) {
 	entries := d.revoke(which)
-	if which == nil {
-		d.clearBuffer()
-	}
 	if len(entries) > 0 {
 		d.sched.putBack(entries)
 		d.publishWaiting()
@@ -172,21 +171,21 @@ func (d *dispatcher) recall(which func(*lane) bool) {
 
 // dropHandOffs revokes the pending hand-offs of the lanes that which
 // selects (nil: all) and returns their tasks, in send order, no longer
-// running: a stop drops them. The slice is reused by the next call.
+// running: a stop drops them.
 func (d *dispatcher) dropHandOffs(which func(*lane) bool) []entry {
 	entries := d.revoke(which)
-	if which == nil {
-		d.clearBuffer()
-	}
 	for _, e := range entries {
 		d.sched.ended(e) // it was out
 	}
-	return entries
+	dropped := slices.Clone(entries)
+	clear(entries) // the scratch keeps no task
+	return dropped
 }
 
 // revoke revokes the pending hand-offs of the lanes that which selects,
 // uncounts them, and returns their tasks in send order, in a slice that
-// the next call reuses.
+// the next call reuses. Its caller publishes the tasks in hand once it has
+// put them back or dropped them.
 func (d *dispatcher) revoke(which func(*lane) bool) []entry {
 	back := d.out.revoke(which, d.back[:0])
 	entries := d.backEntries[:0]
@@ -195,19 +194,20 @@ func (d *dispatcher) revoke(which func(*lane) bool) []entry {
 	}
 	if len(back) > 0 {
 		d.handed -= uint64(len(back))
-		d.p.stats.handed.Store(d.handed)
+		d.clearBuffer()
 	}
 	clear(back)
 	d.back, d.backEntries = back[:0], entries[:0]
 	return entries
 }
 
-// clearBuffer empties the hand-off buffer once every hand-off in it has
-// been revoked, so that it has room again at once; else the workers would
-// drop them one by one as they come free. Revoking every hand-off stops
-// only at one that reached a worker: every hand-off still in the buffer is
-// later, and revoked.
+// clearBuffer empties the hand-off buffer if every hand-off in it has been
+// revoked, so that it has room again at once; else the workers would drop
+// them one by one as they come free, and a bounded queue would wait.
 func (d *dispatcher) clearBuffer() {
+	if d.out.inBuffer() {
+		return // a live hand-off may be there, which only a worker may take
+	}
 	for len(d.p.work) > 0 {
 		select {
 		case <-d.p.work:
@@ -275,7 +275,6 @@ func (d *dispatcher) start(h handOff) {
 	}
 	if h.kind == runTask {
 		d.handed++
-		d.p.stats.handed.Store(d.handed)
 		d.unplaced = 0
 		w.phase.Store(1) // busy with h: Status shows it at once
 		if h.sub != nil {
@@ -291,9 +290,6 @@ func (d *dispatcher) start(h handOff) {
 	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 	d.p.startWorker(w, h)
 }
-
-// maxReuse is the most reports whose list the dispatcher keeps for reuse.
-const maxReuse = 256
 
 // collect takes the workers' reports and tells the scheduler, and reports
 // whether there were any.
@@ -319,14 +315,16 @@ func (d *dispatcher) collect() bool {
 // updateWants sets p.wants from what the loop waits for: what it needs the
 // workers to tell it.
 func (d *dispatcher) updateWants() {
-	var wants uint32
-	if d.pauseAck != nil || d.waitsForFree {
+	wants := d.nextWaitsFor()
+	if d.pauseAck != nil {
 		wants |= wantIdle
 	}
-	if d.waitsForReceipts() {
-		wants |= wantReceipts
+	if d.out.pending() > 0 && (d.draining || !d.room()) {
+		wants |= wantReceipts // to finish; for a submitter waiting for room
 	}
-	if d.sched.holding() || d.sched.busyKeys > 0 || len(d.stops) > 0 {
+	if d.sched.reported > 0 || len(d.stops) > 0 {
+		// The ends of sub-pools' and keyed tasks free places and keys,
+		// and their reports hold the tasks until the loop takes them.
 		wants |= wantEnds
 	}
 	if d.workers() > d.max {
@@ -338,23 +336,30 @@ func (d *dispatcher) updateWants() {
 	}
 }
 
-// waitsForReceipts reports whether the loop waits for workers to receive
-// hand-offs: to finish, once they are claimed; for room in a bounded
-// queue; or to hand out one more task that may wait in the buffer only
-// alone, or not behind another lane's, or that finds it full of revoked
-// ones.
-func (d *dispatcher) waitsForReceipts() bool {
-	if d.out.pending() == 0 && len(d.p.work) == 0 {
-		return false
-	}
-	if d.draining || !d.room() {
-		return true // to finish; for a submitter waiting for room
-	}
+// nextWaitsFor returns what the workers must signal for the next task the
+// scheduler would hand out to go, if fill could not hand it out: a worker
+// that comes free (wantIdle), if it may go only to a free worker; a
+// hand-off taken from the buffer (wantReceipts), if it may wait there only
+// alone, or not behind another lane's tasks, or if the buffer is full (of
+// revoked hand-offs, maybe). A task that may wait in the buffer is
+// offered to it in the select instead.
+func (d *dispatcher) nextWaitsFor() uint32 {
 	if !d.canFill() || d.workers() < d.max {
-		return false
+		return 0 // nothing to hand out, or fill starts a worker
 	}
 	e, ok := d.sched.peek()
-	return ok && (d.ahead(e.lane) == 1 || !d.out.allOf(e.lane))
+	if !ok {
+		return 0
+	}
+	var wants uint32
+	ahead := d.ahead(e.lane)
+	if ahead == 0 {
+		wants |= wantIdle
+	}
+	if len(d.p.work) > 0 && (ahead <= 1 || !d.out.allOf(e.lane)) {
+		wants |= wantReceipts
+	}
+	return wants
 }
 
 // offer returns the task to offer on Pool.work in the select, and whether

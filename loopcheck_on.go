@@ -11,11 +11,8 @@ import "fmt"
 // since the loop looked, the invariant holds if the loop has asked to hear
 // of it (the want* bits): the select then wakes at once.
 func checkLoop(d *dispatcher) {
-	if got := d.p.stats.waiting.Load(); got != int64(d.sched.waiting) {
-		panic(fmt.Sprintf("workerpool: loop: Waiting published %d, the scheduler holds %d", got, d.sched.waiting))
-	}
-	if got := d.p.stats.handed.Load(); got != d.handed {
-		panic(fmt.Sprintf("workerpool: loop: handed published %d, counted %d", got, d.handed))
+	if got, want := d.p.stats.inHand.Load(), uint64(d.sched.waiting)+d.handed; got != want {
+		panic(fmt.Sprintf("workerpool: loop: %d tasks in hand published, %d waiting and %d handed out", got, d.sched.waiting, d.handed))
 	}
 	if !d.canFill() {
 		return // paused, dropping, nothing waits, or no room under the maximum
@@ -38,20 +35,27 @@ func checkLoop(d *dispatcher) {
 		}
 		return
 	}
+	// Why the next task waits, and who wakes the loop when that changes.
 	ahead := d.ahead(e.lane)
+	need := func(bit uint32, why string) {
+		if d.wants&bit == 0 {
+			panic(fmt.Sprintf("workerpool: loop: task %d waits (ahead %d, %d of %d in the buffer, %d pending): %s, and the loop does not hear of it (wants %b)",
+				e.seq, ahead, len(d.p.work), cap(d.p.work), d.out.pending(), why, d.wants))
+		}
+	}
 	switch {
-	case ahead == 0:
-		if d.spareWorker() && d.wants&wantIdle == 0 {
-			panic(fmt.Sprintf("workerpool: loop: task %d may go only to a free worker, one is free, and the loop does not hear of it", e.seq))
-		}
-	case ahead == 1 || !d.out.allOf(e.lane):
-		if d.wants&wantReceipts == 0 {
-			panic(fmt.Sprintf("workerpool: loop: task %d waits for the buffer (ahead %d, all of its lane %v, %d in it, %d pending), and the loop does not hear of receipts (wants %b)",
-				e.seq, ahead, d.out.allOf(e.lane), len(d.p.work), d.out.pending(), d.wants))
-		}
-	default:
+	case ahead > 1 && d.out.allOf(e.lane):
+		// Fill found the buffer full (workers may have made room since):
+		// the select offers the task, and sends it when there is room.
 		if _, ok := d.offer(); !ok {
 			panic(fmt.Sprintf("workerpool: loop: task %d may wait in the buffer, and is not offered", e.seq))
 		}
+	case ahead == 0:
+		need(wantIdle, "it may go only to a free worker")
+		if len(d.p.work) > 0 {
+			need(wantReceipts, "the buffer holds hand-offs that a free worker takes first")
+		}
+	default:
+		need(wantReceipts, "it may wait in the buffer only alone, or not behind another lane's tasks")
 	}
 }

@@ -25,16 +25,13 @@
 // so a task is accepted exactly when the dispatcher takes it. Workers wait
 // for tasks on a second channel, longest idle first, whose small buffer
 // (the hand-off buffer) lets a worker that comes free take its next task
-// without waiting for the dispatcher. A task in the buffer carries a claim,
-// a word that the worker taking it and the dispatcher taking it back (to
-// pause, stop, or let another queue take its turn) each try to win with
-// one compare-and-swap, so that exactly one does, and the dispatcher knows
-// at once what it holds again. The dispatcher gives a task to an idle
-// worker if there is one, else starts a worker if fewer than the maximum
-// exist, else queues it. Which queued task goes next is decided by a
-// scheduler of plain data, which the dispatcher asks and which never acts.
-// A worker idle for the idle timeout exits, between one and two timeouts
-// after it went idle, and the pool never shrinks below its minimum.
+// without waiting for the dispatcher; a task there carries a claim, which
+// the worker taking it and the dispatcher taking it back (to pause, stop,
+// or give another queue its turn) each try to win with one compare-and-
+// swap. The dispatcher gives a task to an idle worker if there is one,
+// else starts a worker if fewer than the maximum exist, else queues it.
+// Which queued task goes next is decided by a scheduler of plain data,
+// which the dispatcher asks and which never acts.
 //
 // The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
 // [WithOverflow] chooses what a submission to a full queue does: wait
@@ -263,7 +260,10 @@ type Pool struct {
 	// dispatcher finishes only once it is 0, so that every submission it
 	// let through is taken.
 	senders atomic.Int64
-	_       [cacheLine - 8]byte
+	// givingUp counts the give-ups under way (see cancel.go): the
+	// dispatcher finishes, and answers sub-pools' Stops, only at 0.
+	givingUp atomic.Int64
+	_        [cacheLine - 16]byte
 	// reports carries the ends of sub-pools' and keyed tasks from the
 	// workers to the dispatcher.
 	reports reports
@@ -348,26 +348,6 @@ func (p *Pool) StopWait() {
 	<-p.done
 }
 
-// request sends r to the dispatcher, unless it has finished. It does not
-// wait for r.done.
-func (p *Pool) request(r *request) bool { return p.sendRequest(r, p.done, nil) }
-
-// sendRequest sends r to the dispatcher on p.tasks, where it waits for
-// submissions alone, or on p.control, which it receives otherwise. It gives
-// up, and returns false, once either of the two channels is closed (nil:
-// never).
-func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
-	select {
-	case p.tasks <- message{kind: requestMessage, req: r}:
-	case p.control <- r:
-	case <-giveUp:
-		return false
-	case <-cancel:
-		return false
-	}
-	return true
-}
-
 // Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
 // runs the queued ones until ctx is done. Then it drops the rest, as
 // [Pool.Stop] does, and with a ctx that is already done none starts at
@@ -375,8 +355,9 @@ func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
 // gives a queued task only to a worker free to start it at once, never to
 // one that may come free later, and once it sees ctx done it hands out
 // nothing more and takes back what no worker has taken. So the tasks that
-// start are, in each queue, the first ones accepted; a task given to a
-// worker just as ctx is done may start just after. Either way Shutdown
+// start are, in each queue, the first ones it accepted, but for those a
+// busy key held back (see Order); a task given to a worker just as ctx is
+// done may start just after. Either way Shutdown
 // waits for the running tasks and returns once every goroutine the pool
 // started has finished, as Stop does.
 //

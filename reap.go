@@ -109,11 +109,26 @@ func (c *crew) registry() *registry {
 // doneTasks returns how many of the tasks handed out the workers have done
 // with: finished, or skipped because their submitters gave up on them.
 func (c *crew) doneTasks() uint64 {
-	n := c.retiredDone + c.retiredSkipped
-	for _, w := range c.all {
-		n += w.phase.Load()>>1 + w.skipped.Load()
-	}
+	n, _ := c.tasksAndOccupied()
 	return n
+}
+
+// tasksAndOccupied returns doneTasks, and how many workers are not busy
+// but occupied still, in the panic handler or the task observer of the
+// task they finished, or reporting a keyed task's end: not free to take a
+// task yet.
+func (c *crew) tasksAndOccupied() (done uint64, occupied int) {
+	done = c.retiredDone + c.retiredSkipped
+	for _, w := range c.all {
+		phase := w.phase.Load()
+		done += phase>>1 + w.skipped.Load()
+		// A worker stamps since 0 before it counts its task done, so one
+		// seen not busy and 0 is not free yet.
+		if phase&1 == 0 && w.since.Load() == 0 {
+			occupied++
+		}
+	}
+	return done, occupied
 }
 
 // survey counts the workers that look parked since a timeout before now,

@@ -169,10 +169,12 @@ func (d *dispatcher) drain() {
 }
 
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
-// none). One that has passed drops the queue at once. The first is watched
-// as it is; each later one is merged with it by a goroutine that ends when
-// either closes or the pool is closing. While a deadline is watched, no
-// task waits in the hand-off buffer (see ahead): those there come back.
+// none). One that has passed drops the queue at once. The loop checks each
+// deadline itself before it hands anything out (checkDeadline); its select
+// watches the first, or, once there are several, a channel that a goroutine
+// closes when any of them closes, which ends then or when the pool is
+// closing. While a deadline is watched, no task waits in the hand-off
+// buffer (see ahead): those there come back.
 func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 	select {
 	case <-dl:
@@ -201,6 +203,7 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		}()
 		d.deadline = merged
 	}
+	d.deadlines = append(d.deadlines, dl)
 }
 
 // checkDeadline drops the queue if a Shutdown deadline has passed, and
@@ -209,17 +212,16 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 // worker is free at that very moment: a select would choose at random
 // between the worker and the deadline.
 func (d *dispatcher) checkDeadline() bool {
-	if d.deadline == nil {
-		return false
+	for _, dl := range d.deadlines {
+		select {
+		case <-dl:
+			d.deadline, d.deadlines = nil, nil
+			d.dropQueue()
+			return true
+		default:
+		}
 	}
-	select {
-	case <-d.deadline:
-		d.deadline = nil
-		d.dropQueue()
-		return true
-	default:
-		return false
-	}
+	return false
 }
 
 // dropQueue drops every waiting task, for Stop or a passed Shutdown
@@ -275,7 +277,7 @@ func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
 func (d *dispatcher) stopLane(r *request) {
 	sub, l := r.sub, r.sub.lane
 	if r.kind == subStopRequest && !d.dropping {
-		gone := slices.Clone(d.dropHandOffs(func(x *lane) bool { return x == l }))
+		gone := d.dropHandOffs(func(x *lane) bool { return x == l })
 		gone = append(gone, d.sched.dropLane(l)...)
 		slices.SortFunc(gone, bySeq)
 		for _, e := range gone {
@@ -292,8 +294,11 @@ func (d *dispatcher) stopLane(r *request) {
 }
 
 // settleStops answers the sub-pools' Stop and StopWait requests whose
-// sub-pools have no task waiting or out.
+// sub-pools have no task waiting or out, once no give-up is under way.
 func (d *dispatcher) settleStops() {
+	if len(d.stops) == 0 || d.p.givingUp.Load() > 0 && !d.ended {
+		return
+	}
 	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
 		if !d.sched.idle(r.sub.lane) {
 			return false
@@ -304,19 +309,27 @@ func (d *dispatcher) settleStops() {
 	})
 }
 
-// cancel removes the tasks in ws, which their submitters took back, from
-// the scheduler, or revokes their hand-offs. One that is in neither is in
-// a worker's hands, and the worker skips it.
+// cancel counts the tasks in ws, which their submitters took back,
+// Canceled, and removes them from the scheduler, or revokes their
+// hand-offs. One that is in neither is in a worker's hands, and the worker
+// skips it.
 func (d *dispatcher) cancel(ws []cancelable) {
 	for _, w := range ws {
 		at := w.spot()
-		if at.lane == nil || d.sched.cancel(at.lane, at.seq) {
-			continue // never queued (it was to run in its submitter), or removed
+		d.p.stats.canceled.Add(1)
+		if at.lane == nil {
+			continue // never queued: it was to run in its submitter
+		}
+		if sub := d.subpool(at.lane); sub != nil {
+			sub.stats.canceled.Add(1)
+		}
+		if d.sched.cancel(at.lane, at.seq) {
+			continue
 		}
 		if h, ok := d.out.revokeOne(at.lane, at.seq); ok {
 			d.handed--
-			d.p.stats.handed.Store(d.handed)
 			d.sched.left(h.entry)
+			d.clearBuffer()
 		}
 	}
 	d.publishWaiting()
@@ -325,10 +338,8 @@ func (d *dispatcher) cancel(ws []cancelable) {
 }
 
 // reap advances the reaping clock and tells the workers parked for at least
-// an idle timeout to exit, never going below MinWorkers. Of the workers
-// that look parked, the stale ones were handed a task or a quit that they
-// have not yet received (see reap.go): as many as were sent and not
-// received.
+// an idle timeout to exit, never going below MinWorkers, less the stale
+// ones: handed a task or a quit they have not yet received (see reap.go).
 func (d *dispatcher) reap() {
 	now := time.Now()
 	tick := d.p.tick.Load() + 1
@@ -359,18 +370,21 @@ func (d *dispatcher) windDown() {
 		d.collect()
 		d.settleStops()
 		d.updateWants()
-		if d.workers() == 0 {
+		if d.workers() == 0 && p.givingUp.Load() == 0 {
 			break
 		}
 		select {
 		case r := <-p.control:
 			d.handle(r)
 		case <-p.wake:
-			// A worker ended a task or exited.
+			// A worker ended a task or exited, or a give-up ended.
 		}
 	}
 	p.wg.Wait()
 	d.collect()
+	// Every task has run or been dropped: a give-up that begins now has
+	// nothing to take back, and the sub-pools' Stops are answered.
+	d.ended = true
 	d.settleStops()
 	slices.SortFunc(d.dropped, bySeq)
 	for _, e := range d.dropped {

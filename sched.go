@@ -35,9 +35,9 @@ type scheduler struct {
 	ring []*lane
 	// waiting counts the tasks waiting in every lane.
 	waiting int
-	// busyKeys counts the busy keys, and reported the running tasks whose
-	// end the loop must report: keyed ones and sub-pools' ones.
-	busyKeys, reported int
+	// reported counts the running tasks whose end the loop must report:
+	// keyed ones and sub-pools' ones.
+	reported int
 	// seq is the seq of the last task admitted.
 	seq uint64
 	// max is the pool's maximum of workers: a lane's limit at or above it
@@ -92,7 +92,6 @@ func (s *scheduler) start(e entry) {
 	if line := e.line; line != nil {
 		line.busy = true
 		e.lane.held += line.tasks.Len()
-		s.busyKeys++
 	}
 	if s.mustReport(e) {
 		s.reported++
@@ -163,9 +162,6 @@ func (s *scheduler) ended(e entry) {
 // unstart undoes what start counted.
 func (s *scheduler) unstart(e entry) {
 	e.lane.running--
-	if e.line != nil {
-		s.busyKeys--
-	}
 	if s.mustReport(e) {
 		s.reported--
 	}
@@ -309,17 +305,6 @@ func (s *scheduler) setLimit(l *lane, limit int) {
 
 // idle reports whether l has no task waiting or running.
 func (s *scheduler) idle(l *lane) bool { return l.waiting == 0 && l.running == 0 }
-
-// holding reports whether a waiting task is held back by a key or a limit:
-// then the end of a task may let it start.
-func (s *scheduler) holding() bool {
-	for _, l := range s.ring {
-		if l.held > 0 || !l.underLimit(s.max) {
-			return true
-		}
-	}
-	return false
-}
 
 // An aheadRule says how many of a lane's tasks may wait in the hand-off
 // buffer, ahead of the workers, rather than go only to a free worker.

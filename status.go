@@ -102,9 +102,10 @@ func (p *Pool) Status() Status {
 	// that every part is at most the whole it belongs to.
 	panicked := s.panicked.Load()
 	callerRan := s.callerRan.Load()
+	inHand := s.inHand.Load()
 	c := s.workersAndTasks()
 	workers, busy, done := c.workers, c.busy, c.done
-	waiting := p.waiting(c)
+	waiting := p.waiting(inHand, c)
 	return Status{
 		State:       State(s.state.Load()),
 		MaxWorkers:  int(s.maxWorkers.Load()),
@@ -127,17 +128,16 @@ func (p *Pool) Status() Status {
 	}
 }
 
-// waiting returns the tasks waiting for a worker, as of the workers' counts
-// c: those in the scheduler, which the dispatcher publishes, and those
-// handed out that no worker has claimed yet (see handoff.go): handed out
-// less those the workers received, as their records count them. The
-// dispatcher publishes a hand-off just after it sends it, so a worker may
-// count it first: the difference is held at 0. The sum is held to the
-// bound, which the tasks waiting never exceed.
-func (p *Pool) waiting(c workerCounts) int {
-	n := int(p.stats.waiting.Load())
-	if handed := p.stats.handed.Load(); handed > c.received() {
-		n += int(handed - c.received())
+// waiting returns the tasks waiting for a worker, as of inHand (see
+// stats.inHand) and the workers' counts c, read after it: the tasks in the
+// dispatcher's hands that no worker has received. Counts read later only
+// grow, so a task that moves meanwhile is counted at most once, and the
+// difference is held at 0. The sum is held to the bound, which the tasks
+// waiting never exceed.
+func (p *Pool) waiting(inHand uint64, c workerCounts) int {
+	n := 0
+	if received := c.received(); inHand > received {
+		n = int(inHand - received)
 	}
 	if bound := p.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
@@ -175,8 +175,11 @@ type stats struct {
 	maxWorkers  atomic.Int64
 	workers     atomic.Uint64 // version<<32 | count; see countIn
 	peakWorkers atomic.Int64
-	waiting     atomic.Int64  // tasks in the scheduler, not handed out
-	handed      atomic.Uint64 // tasks handed to workers and not revoked, as the dispatcher counts them
+	// inHand counts the tasks waiting in the scheduler plus every task the
+	// dispatcher handed to a worker, less those it took back: those it
+	// holds, or that workers received or will. A task moving between the
+	// two leaves the sum as it is.
+	inHand      atomic.Uint64
 	peakWaiting atomic.Int64
 	submitted   atomic.Uint64 // tasks the dispatcher accepted
 	abandoned   atomic.Uint64

@@ -3,6 +3,7 @@ package workerpool
 import (
 	"context"
 	"errors"
+	"sync"
 )
 
 // A Submitter is where [Go], [Map] and a [Group] send work: a [*Pool] or a
@@ -285,4 +286,22 @@ func (p *Pool) runHere(t task) error {
 	}
 	p.run(&handOff{kind: runTask, entry: entry{task: t}}, nil)
 	return nil
+}
+
+// A waitTask is SubmitWait's waiter. It is one allocation: done is a
+// WaitGroup held by value, not a channel.
+type waitTask struct {
+	fn   func()
+	err  error          // nil, or the task's *PanicError, or ErrStopped; written before done.Done
+	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once, in finish
+}
+
+func (w *waitTask) take() bool       { return true } // its submitter never gives up
+func (w *waitTask) do(*locals) error { w.fn(); return nil }
+
+// finish records the outcome and releases the waiting caller. Done makes
+// everything the task wrote happen before SubmitWait returns.
+func (w *waitTask) finish(err error) {
+	w.err = err
+	w.done.Done()
 }

@@ -163,7 +163,7 @@ func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx).wa
 // the rest of the pool is doing: the pool and its other sub-pools go on,
 // and Stop waits for none of their tasks, also while the pool itself
 // stops. Of its tasks, those that started are the earliest it accepted,
-// whatever workers take meanwhile. The first call returns the dropped
+// but for those a busy key held back, whatever workers take meanwhile. The first call returns the dropped
 // fire-and-forget tasks, keyed or not, in the order the sub-pool accepted
 // them: the rest. Later calls return nil.
 // Dropped [Subpool.SubmitWait] tasks are not returned: their callers get

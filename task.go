@@ -1,6 +1,9 @@
 package workerpool
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A task is one submitted piece of work: a fire-and-forget func, or a
 // waiter, whose submitter learns what became of it. Exactly one is set.
@@ -75,3 +78,31 @@ type localValue struct {
 	value any
 	close func(any)
 }
+
+// reports carries to the dispatcher the ends of the tasks whose ends the
+// scheduler must know: sub-pools' tasks (their limits, their stops) and
+// keyed ones (their keys). A worker adds its report and, if the dispatcher
+// waits for one (wantEnds), wakes it; the dispatcher takes them all at
+// once.
+type reports struct {
+	mu   sync.Mutex
+	list []entry
+}
+
+func (r *reports) add(e entry) {
+	r.mu.Lock()
+	r.list = append(r.list, e)
+	r.mu.Unlock()
+}
+
+// take swaps the list for buf, emptied, and returns the list.
+func (r *reports) take(buf []entry) []entry {
+	r.mu.Lock()
+	got := r.list
+	r.list = buf[:0]
+	r.mu.Unlock()
+	return got
+}
+
+// maxReuse is the most reports whose list the dispatcher keeps for reuse.
+const maxReuse = 256

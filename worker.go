@@ -3,7 +3,6 @@ package workerpool
 import (
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 )
 
@@ -30,24 +29,6 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// A waitTask is SubmitWait's waiter. It is one allocation: done is a
-// WaitGroup held by value, not a channel.
-type waitTask struct {
-	fn   func()
-	err  error          // nil, or the task's *PanicError, or ErrStopped; written before done.Done
-	done sync.WaitGroup // Add(1) by SubmitWait; Done exactly once, in finish
-}
-
-func (w *waitTask) take() bool       { return true } // its submitter never gives up
-func (w *waitTask) do(*locals) error { w.fn(); return nil }
-
-// finish records the outcome and releases the waiting caller. Done makes
-// everything the task wrote happen before SubmitWait returns.
-func (w *waitTask) finish(err error) {
-	w.err = err
-	w.done.Done()
-}
-
 // A worker is the record of one worker: what the dispatcher reads to reap
 // it, and what Status sums. Only the worker's own goroutine writes it once
 // it runs, with plain stores: no two goroutines contend for it, and a task
@@ -59,8 +40,9 @@ type worker struct {
 	// reads Busy and Completed from this one word, so they agree.
 	phase atomic.Uint64
 	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
-	// last went idle; 0 while it runs the panic handler; quitMark or
-	// retiredMark once it has left for good. It changes from one stamp to
+	// last went idle; 0 while it is not free, though not busy: in the
+	// panic handler or the task observer, or reporting a keyed task's end;
+	// quitMark or retiredMark once it has left for good. It changes from one stamp to
 	// another only while phase is odd (busy), so a reader that sees the
 	// same even phase before and after reading since has the stamp of the
 	// idle period that phase belongs to, or 0 (not idle).
@@ -231,6 +213,16 @@ func (p *Pool) stampIdle(w *worker) {
 	}
 }
 
+// freed stamps w idle from now, once its panic handler or task observer
+// has returned, and tells the dispatcher if it waits for a free worker: w
+// was not free while its task's end was signalled.
+func (p *Pool) freed(w *worker) {
+	p.stampIdle(w)
+	if p.wants.Load()&wantIdle != 0 {
+		p.signal()
+	}
+}
+
 // signal wakes the dispatcher, if it is not awake already.
 func (p *Pool) signal() {
 	select {
@@ -262,15 +254,19 @@ func (p *Pool) run(h *handOff, w *worker) {
 		} else if notRun != nil && handler {
 			pe = &PanicError{Value: notRun} // not a panic: not counted as one
 		}
-		p.taskDone(h, w, pe != nil && notRun == nil, pe != nil && handler)
+		toHandler := pe != nil && handler
+		p.taskDone(h, w, pe != nil && notRun == nil, toHandler || p.cfg.observer != nil)
 		if start != 0 {
 			p.timeTask(h, start, pe != nil && notRun == nil)
 		}
 		switch {
-		case pe != nil && handler:
-			p.handlePanic(pe, w)
+		case toHandler:
+			p.handlePanic(pe, w) // idle from when the handler returns
 		case h.w != nil:
 			h.w.finish(pe.asError())
+		}
+		if w != nil && !toHandler && p.cfg.observer != nil {
+			p.freed(w) // idle from when the observer returned
 		}
 	}()
 	if h.w == nil {
@@ -296,12 +292,14 @@ func (pe *PanicError) asError() error {
 // is nil, then, if it panicked, as panicked: Panicked is part of
 // Completed. A sub-pool's or a keyed task's end is reported to the
 // dispatcher; if a Pause waits for running tasks, the dispatcher is told.
-// handling says that the panic handler is to run next, on the worker.
+// occupied says that the panic handler or the task observer is to run
+// next, on the worker.
 //
 // The worker is stamped idle before it is counted not busy, so that Status
 // and reaping never see it idle with the stamp of an earlier idle period;
-// but not while the panic handler is to run: that is not idle.
-func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
+// but not while the panic handler or the observer is to run: that is not
+// idle, and the worker is not free to take a task.
+func (p *Pool) taskDone(h *handOff, w *worker, panicked, occupied bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -309,8 +307,13 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
 		}
 		return
 	}
-	if handling {
-		w.since.Store(0) // busy in the panic handler; stamped after it
+	// A worker that ran a keyed task is not free until it has reported
+	// the end that frees the key, so that a loop that sees it free finds
+	// the report, and hands out the key's next task before the tasks
+	// behind it (see fill).
+	reported, keyed := h.mustReport(), h.line != nil
+	if occupied || keyed {
+		w.since.Store(0) // not free: stamped after the report, handler or observer
 	} else {
 		p.stampIdle(w)
 	}
@@ -320,26 +323,23 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
 			h.sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
 		}
 	}
-	// A keyed task is reported before it counts done, so that a loop that
-	// sees a worker free finds the report that frees its key (see fill);
-	// any other after, so that a sub-pool's Stop that the report lets
-	// return sees it done.
-	reported, keyed := h.mustReport(), h.line != nil
-	if keyed {
-		p.reports.add(h.entry)
-	}
 	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
 	if panicked {
 		p.stats.panicked.Add(1)
 	}
-	// Report, then look at what the dispatcher wants to hear: it sets
-	// wantEnds before it last collects reports, so either it collects
-	// this one or the worker sees wantEnds and wakes it.
-	if reported && !keyed {
+	// Count the task done, then report its end, so that a sub-pool's Stop
+	// that the report lets return sees it done; then look at what the
+	// dispatcher wants to hear: it sets wantEnds before it last collects
+	// reports, so either it collects this one or the worker sees wantEnds
+	// and wakes it.
+	if reported {
 		p.reports.add(h.entry)
 	}
+	if keyed && !occupied {
+		p.stampIdle(w)
+	}
 	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
-		p.signal() // a Pause waits for running tasks to end, or the report is awaited
+		p.signal() // a Pause or a free worker is awaited, or the report is
 	}
 }
 
@@ -352,7 +352,7 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, handling bool) {
 func (p *Pool) handlePanic(pe *PanicError, w *worker) {
 	if w != nil {
 		p.cfg.panicHandler(pe)
-		p.stampIdle(w) // idle from now
+		p.freed(w)
 		return
 	}
 	defer func() {
@@ -379,29 +379,4 @@ func (h *handlerPanic) Error() string {
 func crash(v error) {
 	go func() { panic(v) }()
 	select {}
-}
-
-// reports carries to the dispatcher the ends of the tasks whose ends the
-// scheduler must know: sub-pools' tasks (their limits, their stops) and
-// keyed ones (their keys). A worker adds its report and, if the dispatcher
-// waits for one (wantEnds), wakes it; the dispatcher takes them all at
-// once.
-type reports struct {
-	mu   sync.Mutex
-	list []entry
-}
-
-func (r *reports) add(e entry) {
-	r.mu.Lock()
-	r.list = append(r.list, e)
-	r.mu.Unlock()
-}
-
-// take swaps the list for buf, emptied, and returns the list.
-func (r *reports) take(buf []entry) []entry {
-	r.mu.Lock()
-	got := r.list
-	r.list = buf[:0]
-	r.mu.Unlock()
-	return got
 }
