@@ -19,214 +19,226 @@ import (
 )
 
 func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const jobs = 300
-		pools := []struct {
-			name string
-			pool func(t *testing.T) *workerpool.Pool
-			opts []natsjs.Option
-		}{
-			{"default", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, nil},
-			{"one worker, many in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 1) }, []natsjs.Option{natsjs.WithMaxInFlight(50)}},
-			{"many workers, one in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 16) }, []natsjs.Option{natsjs.WithMaxInFlight(1)}},
-			// More than one pull asks for, and than the consumer's default
-			// MaxAckPending (1000): the server holds back, nothing breaks.
-			{"in flight beyond a pull and MaxAckPending", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithMaxInFlight(5000)}},
-			{"bounded queue that blocks", func(t *testing.T) *workerpool.Pool {
-				return newPool(t, 2, workerpool.WithMaxWaiting(1))
-			}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
-			{"bounded queue that rejects", func(t *testing.T) *workerpool.Pool {
-				return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject))
-			}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
-			{"bounded queue whose caller runs", func(t *testing.T) *workerpool.Pool {
-				return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
-			}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
-		}
-		for _, tc := range pools {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel() // each its own server
-				s := startServer(t)
-				_, js := connect(t, s)
-				cons := workQueue(t, js, 30*time.Second, 0)
-				publishJobs(t, js, jobs)
+	t.Parallel()
+	const jobs = 300
+	pools := []struct {
+		name string
+		pool func(t *testing.T) *workerpool.Pool
+		opts []natsjs.Option
+	}{
+		{"default", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, nil},
+		{"one worker, many in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 1) }, []natsjs.Option{natsjs.WithMaxInFlight(50)}},
+		{"many workers, one in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 16) }, []natsjs.Option{natsjs.WithMaxInFlight(1)}},
+		// More than one pull asks for, and than the consumer's default
+		// MaxAckPending (1000): the server holds back, nothing breaks.
+		{"in flight beyond a pull and MaxAckPending", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithMaxInFlight(5000)}},
+		{"bounded queue that blocks", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1))
+		}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
+		{"bounded queue that rejects", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject))
+		}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
+		{"bounded queue whose caller runs", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
+	}
+	for _, tc := range pools {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own server
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, jobs)
 
-				ta := newTally()
-				stop := consuming(t, tc.pool(t), cons, func(ctx context.Context, msg jetstream.Msg) error {
-					ta.add(msg)
-					return nil
-				}, via.opts(js, tc.opts...)...)
+			ta := newTally()
+			stop := consuming(t, tc.pool(t), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				return nil
+			}, tc.opts...)
 
-				eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "stream not emptied")
-				require.NoError(t, stop())
-				requireEachOnce(t, ta, jobs)
-				info := consumerInfo(t, cons)
-				assert.Zero(t, info.NumAckPending)
-				assert.Zero(t, info.NumRedelivered)
-			})
-		}
-	})
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "stream not emptied")
+			require.NoError(t, stop())
+			requireEachOnce(t, ta, jobs)
+			info := consumerInfo(t, cons)
+			assert.Zero(t, info.NumAckPending)
+			assert.Zero(t, info.NumRedelivered)
+		})
+	}
 }
 
 func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const failures = 2 // deliveries that fail before one succeeds
-		backoff := func(delivery uint64) time.Duration { return time.Duration(delivery) * 300 * time.Millisecond }
-		for _, kind := range []string{"error", "panic", "goexit"} {
-			t.Run(kind, func(t *testing.T) {
-				t.Parallel() // waits on backoffs, not the CPU
-				s := startServer(t)
-				_, js := connect(t, s)
-				cons := workQueue(t, js, 30*time.Second, 0)
-				publishJobs(t, js, 1)
+	t.Parallel()
+	const failures = 2 // deliveries that fail before one succeeds
+	backoff := func(delivery uint64) time.Duration { return time.Duration(delivery) * 300 * time.Millisecond }
+	for _, kind := range []string{"error", "panic", "goexit"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // waits on backoffs, not the CPU
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, 1)
 
-				var panics atomic.Int32
-				p := newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) { panics.Add(1) }))
-				var mu sync.Mutex
-				var starts, ends []time.Time // of each delivery's handler
-				var deliveries []uint64
-				stop := consuming(t, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
-					md, err := msg.Metadata()
-					if err != nil {
-						return err
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					starts = append(starts, time.Now())
-					deliveries = append(deliveries, md.NumDelivered)
-					if len(starts) > failures {
-						return nil
-					}
-					ends = append(ends, time.Now())
-					switch kind {
-					case "panic":
-						panic("boom")
-					case "goexit":
-						runtime.Goexit() // runs the deferred Unlock
-					}
-					return errors.New("boom")
-				}, via.opts(js, natsjs.WithBackoff(backoff))...)
-
-				eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "message never acked")
-				require.NoError(t, stop())
+			var panics atomic.Int32
+			p := newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) { panics.Add(1) }))
+			var mu sync.Mutex
+			var starts, ends []time.Time // of each delivery's handler
+			var deliveries []uint64
+			stop := consuming(t, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				md, err := msg.Metadata()
+				if err != nil {
+					return err
+				}
 				mu.Lock()
 				defer mu.Unlock()
-				require.Len(t, starts, failures+1)
-				assert.Equal(t, []uint64{1, 2, 3}, deliveries)
-				for i := range failures {
-					gap := starts[i+1].Sub(ends[i])
-					assert.GreaterOrEqual(t, gap, backoff(uint64(i+1)), "delivery %d came back before its backoff", i+2)
-					// AckWait is 30s: only the Nak can bring it back this soon.
-					assert.Less(t, gap, 10*time.Second, "delivery %d came back by AckWait, not by Nak", i+2)
+				starts = append(starts, time.Now())
+				deliveries = append(deliveries, md.NumDelivered)
+				if len(starts) > failures {
+					return nil
 				}
-				if kind == "panic" {
-					assert.Equal(t, int32(failures), panics.Load())
-					assert.Equal(t, uint64(failures), p.Status().Panicked)
-				} else {
-					assert.Zero(t, panics.Load())
+				ends = append(ends, time.Now())
+				switch kind {
+				case "panic":
+					panic("boom")
+				case "goexit":
+					runtime.Goexit() // runs the deferred Unlock
 				}
-				// The pool counts a task just after it returns.
-				eventually(t, func() bool { return p.Status().Completed == failures+1 }, "the pool lost count")
-			})
-		}
-	})
+				return errors.New("boom")
+			}, natsjs.WithBackoff(backoff))
+
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "message never acked")
+			require.NoError(t, stop())
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, starts, failures+1)
+			assert.Equal(t, []uint64{1, 2, 3}, deliveries)
+			for i := range failures {
+				gap := starts[i+1].Sub(ends[i])
+				assert.GreaterOrEqual(t, gap, backoff(uint64(i+1)), "delivery %d came back before its backoff", i+2)
+				// AckWait is 30s: only the Nak can bring it back this soon.
+				assert.Less(t, gap, 10*time.Second, "delivery %d came back by AckWait, not by Nak", i+2)
+			}
+			if kind == "panic" {
+				assert.Equal(t, int32(failures), panics.Load())
+				assert.Equal(t, uint64(failures), p.Status().Panicked)
+			} else {
+				assert.Zero(t, panics.Load())
+			}
+
+		})
+	}
 }
 
 func TestAtMaxDeliverAFailedMessageIsDeadLetteredThenTerminated(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const maxDeliver, jobs = 3, 4
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, maxDeliver)
-		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	t.Parallel()
+	const maxDeliver, jobs = 3, 4
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	for i := range jobs {
+		_, err := js.PublishMsg(context.Background(), &nats.Msg{
+			Subject: fmt.Sprintf("jobs.%d", i),
+			Data:    []byte(fmt.Sprint(i)),
+			Header:  nats.Header{"X-Tenant": {"acme"}, "Nats-Msg-Id": {fmt.Sprint("id-", i)}},
+		})
 		require.NoError(t, err)
-		for i := range jobs {
-			_, err := js.PublishMsg(context.Background(), &nats.Msg{
-				Subject: fmt.Sprintf("jobs.%d", i),
-				Data:    []byte(fmt.Sprint(i)),
-				Header:  nats.Header{"X-Tenant": {"acme"}, "Nats-Msg-Id": {fmt.Sprint("id-", i)}},
-			})
-			require.NoError(t, err)
-		}
+	}
 
-		ta := newTally()
-		stop := consuming(t, newPool(t, 2), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			return fmt.Errorf("job %s: boom\nsecond line", msg.Data())
-		}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"))...)
+	ta := newTally()
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return fmt.Errorf("job %s: boom\nsecond line", msg.Data())
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"))
 
-		eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == jobs && streamMsgs(t, js, "JOBS") == 0 },
-			"failed messages not moved to the dead-letter stream")
-		require.NoError(t, stop())
-		for i, n := range ta.snapshot() {
-			assert.Equal(t, maxDeliver, n, "job %s handled %d times", i, n)
-		}
-		assert.Equal(t, jobs, ta.distinct())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == jobs && streamMsgs(t, js, "JOBS") == 0 },
+		"failed messages not moved to the dead-letter stream")
+	require.NoError(t, stop())
+	for i, n := range ta.snapshot() {
+		assert.Equal(t, maxDeliver, n, "job %s handled %d times", i, n)
+	}
+	assert.Equal(t, jobs, ta.distinct())
 
-		dead, err := js.Stream(context.Background(), "DEAD")
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= jobs; seq++ {
+		raw, err := dead.GetMsg(context.Background(), seq)
 		require.NoError(t, err)
-		for seq := uint64(1); seq <= jobs; seq++ {
-			raw, err := dead.GetMsg(context.Background(), seq)
-			require.NoError(t, err)
-			job := string(raw.Data)
-			assert.Equal(t, "dead.jobs", raw.Subject)
-			assert.Equal(t, "acme", raw.Header.Get("X-Tenant"))
-			assert.Equal(t, "id-"+job, raw.Header.Get("Natsjs-Original-Msg-Id"))
-			assert.Empty(t, raw.Header.Get("Nats-Msg-Id"))
-			assert.Equal(t, "JOBS", raw.Header.Get("Natsjs-Stream"))
-			assert.Equal(t, "workers", raw.Header.Get("Natsjs-Consumer"))
-			assert.Equal(t, "jobs."+job, raw.Header.Get("Natsjs-Subject"))
-			assert.NotEmpty(t, raw.Header.Get("Natsjs-Sequence"))
-			assert.Equal(t, fmt.Sprint(maxDeliver), raw.Header.Get("Natsjs-Deliveries"))
-			assert.Equal(t, "job "+job+": boom second line", raw.Header.Get("Natsjs-Error"))
-		}
-	})
+		job := string(raw.Data)
+		assert.Equal(t, "dead.jobs", raw.Subject)
+		assert.Equal(t, "acme", raw.Header.Get("X-Tenant"))
+		assert.Equal(t, "id-"+job, raw.Header.Get("Natsjs-Original-Msg-Id"))
+		// The dead letter's own id, the same for every copy of the
+		// message: its stream, sequence and time.
+		assert.Regexp(t, `^natsjs-dead:JOBS:`+raw.Header.Get("Natsjs-Sequence")+`:\d+$`, raw.Header.Get("Nats-Msg-Id"))
+		assert.Equal(t, "JOBS", raw.Header.Get("Natsjs-Stream"))
+		assert.Equal(t, "workers", raw.Header.Get("Natsjs-Consumer"))
+		assert.Equal(t, "jobs."+job, raw.Header.Get("Natsjs-Subject"))
+		assert.NotEmpty(t, raw.Header.Get("Natsjs-Sequence"))
+		assert.Equal(t, fmt.Sprint(maxDeliver), raw.Header.Get("Natsjs-Deliveries"))
+		assert.Equal(t, "job "+job+": boom second line", raw.Header.Get("Natsjs-Error"))
+	}
 }
 
 func TestAtMaxDeliverWithoutDeadLetterAFailedMessageIsTerminated(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const maxDeliver, jobs = 2, 5
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, maxDeliver)
-		publishJobs(t, js, jobs)
+	t.Parallel()
+	const maxDeliver, jobs = 2, 5
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	publishJobs(t, js, jobs)
 
-		ta := newTally()
-		quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
-		stop := consuming(t, newPool(t, 2, quiet), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			panic("always")
-		}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
+	ta := newTally()
+	quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
+	stop := consuming(t, newPool(t, 2, quiet), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		panic("always")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
 
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "exhausted messages not terminated")
-		require.NoError(t, stop())
-		for i, n := range ta.snapshot() {
-			assert.Equal(t, maxDeliver, n, "job %s", i)
-		}
-		assert.Equal(t, jobs, ta.distinct())
-	})
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "exhausted messages not terminated")
+	require.NoError(t, stop())
+	for i, n := range ta.snapshot() {
+		assert.Equal(t, maxDeliver, n, "job %s", i)
+	}
+	assert.Equal(t, jobs, ta.distinct())
 }
 
 func TestAMessageWhoseDeadLetterCannotBePublishedStaysInItsStream(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const maxDeliver = 2
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, maxDeliver)
-		publishJobs(t, js, 1)
+	t.Parallel()
+	const maxDeliver = 2
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	publishJobs(t, js, 1)
 
-		ta := newTally()
-		// No stream captures nowhere.dead: the copy cannot be stored.
-		stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			return errors.New("boom")
-		}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "nowhere.dead"))...)
+	ta := newTally()
+	told := make(chan error, 10)
+	// No stream captures nowhere.dead: the copy cannot be stored.
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return errors.New("boom")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "nowhere.dead"),
+		natsjs.WithSettleTimeout(300*time.Millisecond), natsjs.WithErrorHandler(func(err error) { told <- err }))
 
-		eventually(t, func() bool {
-			info := consumerInfo(t, cons)
-			return ta.distinct() == 1 && info.NumAckPending == 0 && info.NumPending == 0
-		}, "the last delivery was not handed back")
-		require.NoError(t, stop())
-		assert.Equal(t, maxDeliver, ta.snapshot()["0"])
-		assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
-	})
+	// The error handler hears the first failure, then the dead letter that
+	// could not be published, then the last failure, final.
+	var me *natsjs.MessageError
+	var he *natsjs.HandlerError
+	for me == nil || he == nil || !he.Final {
+		select {
+		case err := <-told:
+			errors.As(err, &me)
+			errors.As(err, &he)
+		case <-time.After(waitFor):
+			t.Fatal("the error handler was not told")
+		}
+	}
+	require.NoError(t, stop())
+	assert.Equal(t, "dead-letter", me.Op)
+	assert.Equal(t, uint64(maxDeliver), he.Delivery)
+	assert.Equal(t, maxDeliver, ta.snapshot()["0"])
+	// Neither terminated nor Nak'd: the server delivers it no more, and
+	// it stays in the stream.
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
+	assert.Equal(t, 1, consumerInfo(t, cons).NumAckPending, "the message was handed back")
 }

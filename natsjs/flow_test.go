@@ -15,151 +15,185 @@ import (
 )
 
 func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const jobs = 40
-		cases := []struct {
-			name        string
-			workers     int
-			maxInFlight int // 0: the default, twice the workers
-		}{
-			{"one worker, one in flight", 1, 1},
-			{"fewer workers than in flight", 2, 5},
-			{"more workers than in flight", 8, 3},
-			{"default bound", 3, 0},
-		}
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel() // each its own server
-				bound := tc.maxInFlight
-				var opts []natsjs.Option
-				if bound == 0 {
-					bound = 2 * tc.workers
-				} else {
-					opts = append(opts, natsjs.WithMaxInFlight(bound))
-				}
-				s := startServer(t)
-				_, js := connect(t, s)
-				cons := workQueue(t, js, 30*time.Second, 0)
-				publishJobs(t, js, jobs)
+	t.Parallel()
+	const jobs = 40
+	// Each runner would have jobs messages ahead of it: only the bound
+	// holds Run back; without one, it holds what its runners run and what
+	// they have ahead of them.
+	cases := []struct {
+		name        string
+		workers     int
+		maxInFlight int // 0: none
+		ahead       int
+	}{
+		{"one worker, one in flight", 1, 1, jobs},
+		{"fewer workers than in flight", 2, 5, jobs},
+		{"more workers than in flight", 8, 3, jobs},
+		{"no bound", 3, 0, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own server
+			// Run fills the bound. Without one, it pulls for its queue
+			// once half of what its runners should have ahead is missing:
+			// it holds between that and all of it.
+			bound, fill := tc.maxInFlight, tc.maxInFlight
+			opts := []natsjs.Option{natsjs.WithAhead(tc.ahead)}
+			if bound == 0 {
+				bound = tc.workers * (1 + tc.ahead)
+				fill = tc.workers + (tc.workers*tc.ahead+1)/2
+			} else {
+				opts = append(opts, natsjs.WithMaxInFlight(bound))
+			}
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, jobs)
 
-				release := make(chan struct{})
-				var running, peakRunning atomic.Int32
-				ta := newTally()
-				stop := consuming(t, newPool(t, tc.workers), cons, func(ctx context.Context, msg jetstream.Msg) error {
-					n := running.Add(1)
-					defer running.Add(-1)
-					for {
-						peak := peakRunning.Load()
-						if n <= peak || peakRunning.CompareAndSwap(peak, n) {
-							break
-						}
+			release := make(chan struct{})
+			var running, peakRunning atomic.Int32
+			ta := newTally()
+			stop := consuming(t, newPool(t, tc.workers), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for {
+					peak := peakRunning.Load()
+					if n <= peak || peakRunning.CompareAndSwap(peak, n) {
+						break
 					}
-					<-release // the handlers block: messages pile up
-					ta.add(msg)
-					return nil
-				}, via.opts(js, opts...)...)
-
-				// The server's count of unacked deliveries is what this
-				// process holds; watch it throughout.
-				var peakPending atomic.Int64
-				watchDone := make(chan struct{})
-				var watch sync.WaitGroup
-				watch.Go(func() {
-					for {
-						if info, err := cons.Info(context.Background()); err == nil && int64(info.NumAckPending) > peakPending.Load() {
-							peakPending.Store(int64(info.NumAckPending))
-						}
-						select {
-						case <-watchDone:
-							return
-						case <-time.After(2 * time.Millisecond):
-						}
-					}
-				})
-
-				eventually(t, func() bool {
-					return int(running.Load()) == min(tc.workers, bound) && peakPending.Load() == int64(bound)
-				}, "the process did not fill its bound")
-				// Whatever the timing, the blocked process stays at its bound.
-				for range 20 {
-					assert.LessOrEqual(t, consumerInfo(t, cons).NumAckPending, bound)
-					time.Sleep(10 * time.Millisecond)
 				}
-				close(release)
-				eventually(t, func() bool { return ta.distinct() == jobs }, "not every job handled")
-				close(watchDone)
-				watch.Wait()
-				require.NoError(t, stop())
+				<-release // the handlers block: messages pile up
+				ta.add(msg)
+				return nil
+			}, opts...)
 
-				assert.Equal(t, int64(bound), peakPending.Load(), "held more than the bound")
-				assert.Equal(t, int32(min(tc.workers, bound)), peakRunning.Load())
-				requireEachOnce(t, ta, jobs)
+			// The server's count of unacked deliveries is what this
+			// process holds; watch it throughout.
+			var peakPending atomic.Int64
+			watchDone := make(chan struct{})
+			var watch sync.WaitGroup
+			watch.Go(func() {
+				for {
+					if info, err := cons.Info(context.Background()); err == nil && int64(info.NumAckPending) > peakPending.Load() {
+						peakPending.Store(int64(info.NumAckPending))
+					}
+					select {
+					case <-watchDone:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
 			})
-		}
-	})
+
+			eventually(t, func() bool {
+				return int(running.Load()) == min(tc.workers, bound) && peakPending.Load() >= int64(fill)
+			}, "the process did not fill its bound")
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free) // before Run's, which waits for the handlers
+			// Whatever the timing, the blocked process stays at its bound.
+			for range 20 {
+				assert.LessOrEqual(t, consumerInfo(t, cons).NumAckPending, bound)
+				time.Sleep(10 * time.Millisecond)
+			}
+			free()
+			eventually(t, func() bool { return ta.distinct() == jobs }, "not every job handled")
+			close(watchDone)
+			watch.Wait()
+			require.NoError(t, stop())
+
+			assert.LessOrEqual(t, peakPending.Load(), int64(bound), "held more than the bound")
+			assert.Equal(t, int32(min(tc.workers, bound)), peakRunning.Load())
+			requireEachOnce(t, ta, jobs)
+		})
+	}
 }
 
 func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const ackWait = 2 * time.Second // progress every 667ms: slack for a loaded machine
-		// One worker; each job runs for 1.5 AckWaits. In the pool's unbounded
-		// queue, the second job waits for more than AckWait and the third for
-		// more than twice. Behind a queue bounded at one, the third waits in
-		// Run for more than AckWait while the feeder waits for room or
-		// retries; when the caller runs, the feeder runs the third job itself
-		// and the fourth waits in Run meanwhile.
-		cases := []struct {
-			name string
-			jobs int
-			opts []workerpool.Option
-		}{
-			{"unbounded queue", 3, nil},
-			{"bounded queue that blocks", 3, []workerpool.Option{workerpool.WithMaxWaiting(1)}},
-			{"bounded queue that rejects", 3, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
-			{"bounded queue whose caller runs", 4, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
-		}
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel() // each waits on AckWaits, not on the CPU
-				s := startServer(t)
-				_, js := connect(t, s)
-				cons := workQueue(t, js, ackWait, 0)
-				publishJobs(t, js, tc.jobs)
+	t.Parallel()
+	const ackWait = 2 * time.Second // progress every 667ms: slack for a loaded machine
+	// One worker; each job runs for 1.5 AckWaits. In the pool's unbounded
+	// queue, the second job waits for more than AckWait and the third for
+	// more than twice. Behind a queue bounded at one, the third waits in
+	// Run for more than AckWait while the feeder waits for room or
+	// retries; when the caller runs, the feeder runs the third job itself
+	// and the fourth waits in Run meanwhile.
+	cases := []struct {
+		name string
+		jobs int
+		opts []workerpool.Option
+	}{
+		{"unbounded queue", 3, nil},
+		{"bounded queue that blocks", 3, []workerpool.Option{workerpool.WithMaxWaiting(1)}},
+		{"bounded queue that rejects", 3, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
+		{"bounded queue whose caller runs", 4, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits on AckWaits, not on the CPU
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, ackWait, 0)
+			publishJobs(t, js, tc.jobs)
 
-				ta := newTally()
-				stop := consuming(t, newPool(t, 1, tc.opts...), cons, func(ctx context.Context, msg jetstream.Msg) error {
-					ta.add(msg)
-					time.Sleep(ackWait * 3 / 2)
-					return nil
-				}, via.opts(js, natsjs.WithMaxInFlight(tc.jobs))...)
+			ta := newTally()
+			stop := consuming(t, newPool(t, 1, tc.opts...), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				time.Sleep(ackWait * 3 / 2)
+				return nil
+			}, natsjs.WithAhead(tc.jobs))
 
-				eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
-				require.NoError(t, stop())
-				requireEachOnce(t, ta, tc.jobs)
-				assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
-			})
-		}
-	})
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
+			require.NoError(t, stop())
+			requireEachOnce(t, ta, tc.jobs)
+			assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
+		})
+	}
 }
 
-func TestAHandlersContextIsDoneWhenRunsIs(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, 0)
-		publishJobs(t, js, 1)
-
-		started := make(chan struct{})
-		var sawDone atomic.Bool
-		stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			close(started)
-			<-ctx.Done()
-			sawDone.Store(true)
-			return nil // finished its work despite the stop: acked
-		}, via.opts(js)...)
-		<-started
-		require.NoError(t, stop())
-		assert.True(t, sawDone.Load())
-		assert.Zero(t, streamMsgs(t, js, "JOBS"), "the finished job was not acked")
+// Issue 24's second failure: a Run on a pool busy with other work took
+// messages it could not start and kept them with progress messages: with
+// a small MaxAckPending, every other process starved.
+func TestARunOnABusyPoolHoldsNothingAndStallsNoOtherProcess(t *testing.T) {
+	t.Parallel()
+	const jobs = 20
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy,
 	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: 4,
+	})
+	require.NoError(t, err)
+
+	// A's pool of 2 is busy with two long tasks of other work.
+	busy := newPool(t, 2)
+	release := make(chan struct{})
+	defer close(release)
+	for range 2 {
+		require.NoError(t, busy.Submit(func() { <-release }))
+	}
+	ranA := make(chan string, jobs)
+	stopA := consuming(t, busy, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ranA <- string(msg.Data())
+		return nil
+	})
+	publishJobs(t, js, jobs)
+
+	// B, on an idle pool of 8, handles every job meanwhile.
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 8), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	if !assert.Eventually(t, func() bool { return tb.distinct() == jobs }, 10*time.Second, 5*time.Millisecond) {
+		info := consumerInfo(t, cons)
+		t.Fatalf("B handled %d of %d jobs while A's pool was busy; %d ack pending", tb.distinct(), jobs, info.NumAckPending)
+	}
+	require.NoError(t, stopB())
+	require.NoError(t, stopA())
+	assert.Len(t, ranA, 0, "A ran a job while its pool was busy")
+	requireEachOnce(t, tb, jobs)
 }

@@ -22,6 +22,7 @@ func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 	p := newPool(t, 1)
 	var nilPool *workerpool.Pool
 	var nilSub *workerpool.Subpool
+	var nilJS jetstream.JetStream
 	h := func(context.Context, jetstream.Msg) error {
 		t.Error("a handler ran")
 		return nil
@@ -30,12 +31,13 @@ func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"nil ctx", func() error { return natsjs.Run(nil, p, cons, h) }}, //nolint:staticcheck // the point of the test
-		{"nil pool", func() error { return natsjs.Run(context.Background(), nil, cons, h) }},
-		{"nil *Pool", func() error { return natsjs.Run(context.Background(), nilPool, cons, h) }},
-		{"nil *Subpool", func() error { return natsjs.Run(context.Background(), nilSub, cons, h) }},
-		{"nil consumer", func() error { return natsjs.Run(context.Background(), p, nil, h) }},
-		{"nil handler", func() error { return natsjs.Run(context.Background(), p, cons, nil) }},
+		{"nil ctx", func() error { return natsjs.Run(nil, p, js, cons, h) }}, //nolint:staticcheck // the point of the test
+		{"nil pool", func() error { return natsjs.Run(context.Background(), nil, js, cons, h) }},
+		{"nil *Pool", func() error { return natsjs.Run(context.Background(), nilPool, js, cons, h) }},
+		{"nil *Subpool", func() error { return natsjs.Run(context.Background(), nilSub, js, cons, h) }},
+		{"nil js", func() error { return natsjs.Run(context.Background(), p, nilJS, cons, h) }},
+		{"nil consumer", func() error { return natsjs.Run(context.Background(), p, js, nil, h) }},
+		{"nil handler", func() error { return natsjs.Run(context.Background(), p, js, cons, nil) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,46 +50,45 @@ func TestRunReturnsAnErrorForNilArguments(t *testing.T) {
 }
 
 func TestRunReturnsErrInvalidConsumerForAConsumerItCannotServe(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		workQueue(t, js, 2*time.Second, 0)
-		p := newPool(t, 1)
-		h := func(context.Context, jetstream.Msg) error {
-			t.Error("a handler ran")
-			return nil
-		}
-		// A work-queue stream refuses such consumers; a limits stream does not.
-		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	workQueue(t, js, 2*time.Second, 0)
+	p := newPool(t, 1)
+	h := func(context.Context, jetstream.Msg) error {
+		t.Error("a handler ran")
+		return nil
+	}
+	// A work-queue stream refuses such consumers; a limits stream does not.
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+	require.NoError(t, err)
+	publishLogs := func() {
+		_, err := js.Publish(context.Background(), "logs.1", []byte("x"))
 		require.NoError(t, err)
-		publishLogs := func() {
-			_, err := js.Publish(context.Background(), "logs.1", []byte("x"))
+	}
+	publishLogs()
+	cases := []struct {
+		name string
+		cfg  jetstream.ConsumerConfig
+		want string
+	}{
+		{"AckNone", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "AckExplicit"},
+		{"AckAll", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "AckExplicit"},
+		{"MaxRequestExpires below a pull's shortest wait", jetstream.ConsumerConfig{
+			AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 5 * time.Millisecond,
+		}, "MaxRequestExpires"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Durable = fmt.Sprint("c", i)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", tc.cfg)
 			require.NoError(t, err)
-		}
-		publishLogs()
-		cases := []struct {
-			name string
-			cfg  jetstream.ConsumerConfig
-			want string
-		}{
-			{"AckNone", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "AckExplicit"},
-			{"AckAll", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "AckExplicit"},
-			{"MaxRequestExpires below a pull's shortest wait", jetstream.ConsumerConfig{
-				AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 5 * time.Millisecond,
-			}, "MaxRequestExpires"},
-		}
-		for i, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				tc.cfg.Durable = fmt.Sprint("c", i)
-				cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", tc.cfg)
-				require.NoError(t, err)
-				err = natsjs.Run(context.Background(), p, cons, h, via.opts(js)...)
-				require.ErrorIs(t, err, natsjs.ErrInvalidConsumer)
-				assert.Contains(t, err.Error(), tc.want)
-				assert.Zero(t, consumerInfo(t, cons).Delivered.Consumer, "a message was delivered")
-			})
-		}
-	})
+			err = natsjs.Run(context.Background(), p, js, cons, h)
+			require.ErrorIs(t, err, natsjs.ErrInvalidConsumer)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Zero(t, consumerInfo(t, cons).Delivered.Consumer, "a message was delivered")
+		})
+	}
 }
 
 func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
@@ -107,7 +108,7 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	require.NoError(t, err)
 	// JetStream contexts that do not reach cons: one whose API prefix no
 	// server answers, and one of another server, with a stream and a
-	// consumer of the same names.
+	// consumer of the same names. Run's js must reach cons.
 	nc, _ := connect(t, s)
 	nowhere, err := jetstream.NewWithAPIPrefix(nc, "$JS.nowhere.API")
 	require.NoError(t, err)
@@ -118,31 +119,32 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		return nil
 	}
 	cases := map[string]struct {
+		js   jetstream.JetStream
 		cons jetstream.Consumer
 		opts []natsjs.Option
 	}{
-		"WithMaxInFlight(0)":                   {cons, []natsjs.Option{natsjs.WithMaxInFlight(0)}},
-		"WithMaxInFlight(-1)":                  {cons, []natsjs.Option{natsjs.WithMaxInFlight(-1)}},
-		"WithProgressInterval(-1)":             {cons, []natsjs.Option{natsjs.WithProgressInterval(-1)}},
-		"WithProgressInterval(AckWait)":        {cons, []natsjs.Option{natsjs.WithProgressInterval(2 * time.Second)}},
-		"WithProgressInterval above a BackOff": {backoffCons, []natsjs.Option{natsjs.WithProgressInterval(time.Second)}},
-		"WithDeadLetter(nil, subject)":         {cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
-		"WithDeadLetter(js, \"\")":             {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
-		"WithDeadLetter(js, wildcard)":         {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},
-		"WithDeadLetter(js, full wild)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.>")}},
-		"WithDeadLetter(js, empty tok)":        {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead..jobs")}},
-		"WithDeadLetter(js, with space)":       {cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead jobs")}},
-		"WithJetStream(nil)":                   {cons, []natsjs.Option{natsjs.WithJetStream(nil)}},
-		"WithJetStream(js of no JetStream)":    {cons, []natsjs.Option{natsjs.WithJetStream(nowhere)}},
-		"WithJetStream(js of another server)":  {cons, []natsjs.Option{natsjs.WithJetStream(otherJS)}},
-		"nil option":                           {cons, []natsjs.Option{nil}},
-		"a valid option, then an invalid one":  {cons, []natsjs.Option{natsjs.WithMaxInFlight(4), natsjs.WithMaxInFlight(0)}},
+		"WithMaxInFlight(0)":                   {js, cons, []natsjs.Option{natsjs.WithMaxInFlight(0)}},
+		"WithMaxInFlight(-1)":                  {js, cons, []natsjs.Option{natsjs.WithMaxInFlight(-1)}},
+		"WithProgressInterval(-1)":             {js, cons, []natsjs.Option{natsjs.WithProgressInterval(-1)}},
+		"WithProgressInterval(AckWait)":        {js, cons, []natsjs.Option{natsjs.WithProgressInterval(2 * time.Second)}},
+		"WithProgressInterval above a BackOff": {js, backoffCons, []natsjs.Option{natsjs.WithProgressInterval(time.Second)}},
+		"WithGracePeriod(-1)":                  {js, cons, []natsjs.Option{natsjs.WithGracePeriod(-1)}},
+		"WithDeadLetter(nil, subject)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
+		"WithDeadLetter(js, \"\")":             {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
+		"WithDeadLetter(js, wildcard)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},
+		"WithDeadLetter(js, full wild)":        {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.>")}},
+		"WithDeadLetter(js, empty tok)":        {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead..jobs")}},
+		"WithDeadLetter(js, with space)":       {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead jobs")}},
+		"js of no JetStream":                   {nowhere, cons, nil},
+		"js of another server":                 {otherJS, cons, nil},
+		"nil option":                           {js, cons, []natsjs.Option{nil}},
+		"a valid option, then an invalid one":  {js, cons, []natsjs.Option{natsjs.WithMaxInFlight(4), natsjs.WithMaxInFlight(0)}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var err error
 			require.NotPanics(t, func() {
-				err = natsjs.Run(context.Background(), newPool(t, 1), tc.cons, h, tc.opts...)
+				err = natsjs.Run(context.Background(), newPool(t, 1), tc.js, tc.cons, h, tc.opts...)
 			})
 			require.ErrorIs(t, err, jetstream.ErrInvalidOption)
 			assert.True(t, strings.HasPrefix(err.Error(), "natsjs: "), err.Error())
@@ -151,45 +153,54 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	// The same options, valid, are accepted: the checks are not blanket.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
-		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithJetStream(js)))
+	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), js, backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
+		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0)))
 	requireTookNothing(t, cons, 3)
 }
 
-func TestDefaultBackoffDoublesFromOneSecondUpToAMinute(t *testing.T) {
-	want := []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
+func TestDefaultBackoffIsBetweenHalfAndAllOfADoublingDelayUpToAMinute(t *testing.T) {
+	base := []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
 		16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
-	for delivery, d := range want {
-		assert.Equal(t, d, natsjs.DefaultBackoff(uint64(delivery)), "delivery %d", delivery)
+	for delivery, b := range base {
+		seen := make(map[time.Duration]bool)
+		for range 200 {
+			d := natsjs.DefaultBackoff(uint64(delivery))
+			require.GreaterOrEqual(t, d, b/2, "delivery %d", delivery)
+			require.LessOrEqual(t, d, b, "delivery %d", delivery)
+			seen[d] = true
+		}
+		// Jittered: 200 draws from half a second or more of nanoseconds
+		// are not all alike.
+		assert.Greater(t, len(seen), 100, "delivery %d: the delays are not spread", delivery)
 	}
-	assert.Equal(t, time.Minute, natsjs.DefaultBackoff(1<<62))
+	d := natsjs.DefaultBackoff(1 << 62)
+	assert.True(t, d >= 30*time.Second && d <= time.Minute, "%v", d)
 }
 
 func TestAHandlerMaySettleItsMessageItself(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, 0)
-		publishJobs(t, js, 3)
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 3)
 
-		ta := newTally()
-		stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), cons,
-			func(ctx context.Context, msg jetstream.Msg) error {
-				ta.add(msg)
-				switch string(msg.Data()) {
-				case "0":
-					return msg.Term()
-				case "1":
-					// Acked, then failed: the ack stands.
-					require.NoError(t, msg.DoubleAck(ctx))
-					return fmt.Errorf("failed after acking")
-				default:
-					require.NoError(t, msg.Ack())
-					panic("panicked after acking")
-				}
-			}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
-		require.NoError(t, stop())
-		requireEachOnce(t, ta, 3)
-	})
+	ta := newTally()
+	stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), js, cons,
+		func(ctx context.Context, msg jetstream.Msg) error {
+			ta.add(msg)
+			switch string(msg.Data()) {
+			case "0":
+				return msg.Term()
+			case "1":
+				// Acked, then failed: the ack stands.
+				require.NoError(t, msg.DoubleAck(ctx))
+				return fmt.Errorf("failed after acking")
+			default:
+				require.NoError(t, msg.Ack())
+				panic("panicked after acking")
+			}
+		}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, 3)
 }

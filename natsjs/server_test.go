@@ -23,7 +23,7 @@ import (
 // tests wait on the clock (AckWaits, backoffs, reconnections, the last
 // pulls of a stop) rather than the CPU, and the default, GOMAXPROCS, would
 // run two at a time on a 2-core machine, which makes one run of the
-// package, every promise tested on both pull paths, take over a minute.
+// package take over a minute.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
@@ -152,46 +152,13 @@ func eventually(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	require.Eventually(t, cond, waitFor, 5*time.Millisecond, msgAndArgs...)
 }
 
-// A pullPath is one of Run's two ways to pull: jetstream's own Fetch on
-// the consumer (no option), or raw pulls on the connection of the
-// JetStream context WithJetStream gives. Every test of a promise that
-// concerns pulling runs against both (see forEachPath).
-type pullPath struct {
-	name   string
-	withJS bool
-}
-
-var pullPaths = []pullPath{{"Fetch", false}, {"WithJetStream", true}}
-
-// opts returns the options that make Run take this path, with js, then
-// opts.
-func (pp pullPath) opts(js jetstream.JetStream, opts ...natsjs.Option) []natsjs.Option {
-	if !pp.withJS {
-		return opts
-	}
-	return append([]natsjs.Option{natsjs.WithJetStream(js)}, opts...)
-}
-
-// forEachPath runs test once per pull path, as parallel subtests named
-// after the path: each starts its own server, and most wait on the clock
-// rather than the CPU.
-func forEachPath(t *testing.T, test func(t *testing.T, via pullPath)) {
-	t.Helper()
-	for _, pp := range pullPaths {
-		t.Run(pp.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, pp)
-		})
-	}
-}
-
 // consuming runs Run in a goroutine until the returned stop function is
 // called, which cancels its ctx and returns Run's error.
-func consuming(t testing.TB, s workerpool.Submitter, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
+func consuming(t testing.TB, s workerpool.Submitter, js jetstream.JetStream, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- natsjs.Run(ctx, s, cons, h, opts...) }()
+	go func() { done <- natsjs.Run(ctx, s, js, cons, h, opts...) }()
 	var once sync.Once
 	var err error
 	stop = func() error {

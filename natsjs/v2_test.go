@@ -17,294 +17,283 @@ import (
 )
 
 func TestAHandlerThatCallsGoexitFailsUnderEveryOverflowPolicyAndRunGoesOn(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const jobs = 40
-		policies := []struct {
-			name string
-			opts []workerpool.Option
-		}{
-			{"unbounded queue", nil},
-			{"Block", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Block)}},
-			{"Reject", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
-			// v1 handled 0 of 40 jobs in 20s here: the feeder ran the
-			// handler itself, and Goexit ended the feeder.
-			{"CallerRuns", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
-		}
-		for _, tc := range policies {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel() // waits on backoffs, not the CPU
-				s := startServer(t)
-				_, js := connect(t, s)
-				cons := workQueue(t, js, 30*time.Second, 0)
-				publishJobs(t, js, jobs)
+	t.Parallel()
+	const jobs = 40
+	policies := []struct {
+		name string
+		opts []workerpool.Option
+	}{
+		{"unbounded queue", nil},
+		{"Block", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Block)}},
+		{"Reject", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
+		// v1 handled 0 of 40 jobs in 20s here: the feeder ran the
+		// handler itself, and Goexit ended the feeder.
+		{"CallerRuns", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
+	}
+	for _, tc := range policies {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // waits on backoffs, not the CPU
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, jobs)
 
-				done := newTally() // jobs whose handler returned nil
-				var goexits atomic.Int32
-				stop := consuming(t, newPool(t, 1, tc.opts...), cons, func(ctx context.Context, msg jetstream.Msg) error {
-					md, err := msg.Metadata()
-					require.NoError(t, err)
-					if md.NumDelivered == 1 {
-						goexits.Add(1)
-						runtime.Goexit() // as t.FailNow would in a handler
-					}
-					done.add(msg)
-					return nil
-				}, via.opts(js, natsjs.WithMaxInFlight(8), natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
+			done := newTally() // jobs whose handler returned nil
+			var goexits atomic.Int32
+			stop := consuming(t, newPool(t, 1, tc.opts...), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				md, err := msg.Metadata()
+				require.NoError(t, err)
+				if md.NumDelivered == 1 {
+					goexits.Add(1)
+					runtime.Goexit() // as t.FailNow would in a handler
+				}
+				done.add(msg)
+				return nil
+			}, natsjs.WithMaxInFlight(8), natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
 
-				eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-				require.NoError(t, stop())
-				requireEachOnce(t, done, jobs)
-				assert.Equal(t, int32(jobs), goexits.Load(), "a first delivery did not reach the handler")
-			})
-		}
-	})
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+			require.NoError(t, stop())
+			requireEachOnce(t, done, jobs)
+			assert.Equal(t, int32(jobs), goexits.Load(), "a first delivery did not reach the handler")
+		})
+	}
 }
 
 func TestAConsumerWithAShortMaxRequestExpiresIsServed(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		workQueue(t, js, 30*time.Second, 0)
-		require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
-		// v1 pulled for 500ms: every pull was refused, and it retried for ever.
-		cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
-			Durable: "short", AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 50 * time.Millisecond,
-		})
-		require.NoError(t, err)
-		publishJobs(t, js, 20)
-
-		ta := newTally()
-		var errs []error
-		var mu sync.Mutex
-		stop := consuming(t, newPool(t, 2), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			return nil
-		}, via.opts(js, natsjs.WithErrorHandler(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))...)
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-		// Idle for a few pulls' expiries: none of them is refused.
-		info := consumerInfo(t, cons)
-		for range 3 {
-			time.Sleep(50 * time.Millisecond)
-		}
-		require.NoError(t, stop())
-		requireEachOnce(t, ta, 20)
-		mu.Lock()
-		assert.Empty(t, errs)
-		mu.Unlock()
-		assert.Zero(t, info.NumAckPending)
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	workQueue(t, js, 30*time.Second, 0)
+	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
+	// v1 pulled for 500ms: every pull was refused, and it retried for ever.
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "short", AckPolicy: jetstream.AckExplicitPolicy, MaxRequestExpires: 50 * time.Millisecond,
 	})
+	require.NoError(t, err)
+	publishJobs(t, js, 20)
+
+	ta := newTally()
+	var errs []error
+	var mu sync.Mutex
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	}, natsjs.WithErrorHandler(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	// Idle for a few pulls' expiries: none of them is refused.
+	info := consumerInfo(t, cons)
+	for range 3 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, 20)
+	mu.Lock()
+	assert.Empty(t, errs)
+	mu.Unlock()
+	assert.Zero(t, info.NumAckPending)
 }
 
 func TestAPullTheServerWillAlwaysRefuseEndsRunWithErrPullRefused(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, 0)
-		publishJobs(t, js, 1)
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 1)
 
-		handled := make(chan struct{}, 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ran := make(chan error, 1)
-		go func() {
-			ran <- natsjs.Run(ctx, newPool(t, 1), cons, func(context.Context, jetstream.Msg) error {
-				handled <- struct{}{}
-				return nil
-			}, via.opts(js)...)
-		}()
-		<-handled
-		// Lowered under Run: its next pulls, of 500ms, are refused.
-		_, err := js.UpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
-			Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-			MaxRequestExpires: 100 * time.Millisecond,
+	handled := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		ran <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(context.Context, jetstream.Msg) error {
+			handled <- struct{}{}
+			return nil
 		})
-		require.NoError(t, err)
-		select {
-		case err := <-ran:
-			require.ErrorIs(t, err, natsjs.ErrPullRefused)
-			assert.Contains(t, err.Error(), "MaxRequestExpires")
-		case <-time.After(waitFor):
-			t.Fatal("Run went on pulling while every pull was refused")
-		}
+	}()
+	<-handled
+	// Lowered under Run: its next pulls, of 500ms, are refused.
+	_, err := js.UpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxRequestExpires: 100 * time.Millisecond,
 	})
+	require.NoError(t, err)
+	select {
+	case err := <-ran:
+		require.ErrorIs(t, err, natsjs.ErrPullRefused)
+		assert.Contains(t, err.Error(), "MaxRequestExpires")
+	case <-time.After(waitFor):
+		t.Fatal("Run went on pulling while every pull was refused")
+	}
 }
 
 func TestAConsumerDeletedWhileEverySlotIsHeldEndsRun(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 2*time.Second, 0)
-		publishJobs(t, js, 2)
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 2*time.Second, 0)
+	publishJobs(t, js, 2)
 
-		// Both slots held, one running, one waiting: no pull is outstanding
-		// for a status to end.
-		started := make(chan struct{}, 2)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ran := make(chan error, 1)
-		go func() {
-			ran <- natsjs.Run(ctx, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
-				started <- struct{}{}
-				<-ctx.Done()
-				return nil
-			}, via.opts(js, natsjs.WithMaxInFlight(2))...)
-		}()
-		<-started
-		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
-		require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
-		select {
-		case err := <-ran:
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
-		case <-time.After(waitFor):
-			t.Fatal("Run went on after its consumer was deleted")
-		}
-		assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
-	})
+	// Both slots held, one running, one waiting: no pull is outstanding
+	// for a status to end.
+	started := make(chan struct{}, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		ran <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil
+		}, natsjs.WithMaxInFlight(2), natsjs.WithAhead(1))
+	}()
+	<-started
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
+	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
+	select {
+	case err := <-ran:
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
+	case <-time.After(waitFor):
+		t.Fatal("Run went on after its consumer was deleted")
+	}
+	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
 }
 
 func TestRunOnASubpoolKeepsItsLimitAndTheRestOfThePoolFree(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const jobs, limit = 20, 2
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, 0)
-		publishJobs(t, js, jobs)
+	t.Parallel()
+	const jobs, limit = 20, 2
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
 
-		p := newPool(t, 8)
-		sub := p.Subpool("jobs", limit)
-		release := make(chan struct{})
-		var running, peak atomic.Int32
-		ta := newTally()
-		stop := consuming(t, sub, cons, func(ctx context.Context, msg jetstream.Msg) error {
-			n := running.Add(1)
-			defer running.Add(-1)
-			for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
-			}
-			<-release
-			ta.add(msg)
-			return nil
-		}, via.opts(js)...)
-		// The default bound is twice the sub-pool's limit, not the pool's size.
-		eventually(t, func() bool {
-			return running.Load() == limit && consumerInfo(t, cons).NumAckPending == 2*limit
-		}, "the sub-pool did not fill its limit and bound")
-		// The pool's other workers stay free for other work meanwhile.
-		require.NoError(t, p.SubmitWait(func() {}))
-		for range 10 {
-			assert.LessOrEqual(t, consumerInfo(t, cons).NumAckPending, 2*limit)
-			time.Sleep(10 * time.Millisecond)
+	p := newPool(t, 8)
+	sub := p.Subpool("jobs", limit)
+	release := make(chan struct{})
+	var running, peak atomic.Int32
+	ta := newTally()
+	stop := consuming(t, sub, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
 		}
-		close(release)
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-		require.NoError(t, stop())
-		requireEachOnce(t, ta, jobs)
-		assert.Equal(t, int32(limit), peak.Load(), "more handlers ran at once than the sub-pool's limit")
-		assert.Equal(t, uint64(jobs), sub.Status().Completed)
-	})
+		<-release
+		ta.add(msg)
+		return nil
+	}, natsjs.WithAhead(1))
+	// Run uses the sub-pool's limit, not the pool's size.
+	eventually(t, func() bool {
+		return running.Load() == limit && consumerInfo(t, cons).NumAckPending == 2*limit
+	}, "the sub-pool did not fill its limit and bound")
+	// The pool's other workers stay free for other work meanwhile.
+	require.NoError(t, p.SubmitWait(func() {}))
+	for range 10 {
+		assert.LessOrEqual(t, consumerInfo(t, cons).NumAckPending, 2*limit)
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, jobs)
+	assert.Equal(t, int32(limit), peak.Load(), "more handlers ran at once than the sub-pool's limit")
 }
 
 func TestTheErrorHandlerIsToldOfADeadLetterThatCannotBePublished(t *testing.T) {
 	t.Parallel() // waits on the clock, not the CPU
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 30*time.Second, 1)
-		publishJobs(t, js, 1)
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 1)
+	publishJobs(t, js, 1)
 
-		got := make(chan error, 10)
-		// No stream captures nowhere.dead: the copy cannot be stored.
-		stop := consuming(t, newPool(t, 1), cons, func(context.Context, jetstream.Msg) error {
-			return errors.New("boom")
-		}, via.opts(js, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) { got <- err }))...)
+	got := make(chan error, 10)
+	// No stream captures nowhere.dead: the copy cannot be stored.
+	stop := consuming(t, newPool(t, 1), js, cons, func(context.Context, jetstream.Msg) error {
+		return errors.New("boom")
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) { got <- err }))
 
-		var err error
-		select {
-		case err = <-got:
-		case <-time.After(waitFor):
-			t.Fatal("the error handler was not told")
-		}
-		require.NoError(t, stop())
-		var me *natsjs.MessageError
-		require.ErrorAs(t, err, &me)
-		assert.Equal(t, "dead-letter", me.Op)
-		assert.Equal(t, "JOBS", me.Stream)
-		assert.Equal(t, uint64(1), me.Sequence)
-		assert.Contains(t, err.Error(), "JOBS/1")
-		assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
-	})
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(waitFor):
+		t.Fatal("the error handler was not told")
+	}
+	require.NoError(t, stop())
+	var me *natsjs.MessageError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, "dead-letter", me.Op)
+	assert.Equal(t, "JOBS", me.Stream)
+	assert.Equal(t, uint64(1), me.Sequence)
+	assert.Contains(t, err.Error(), "JOBS/1")
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
 }
 
 func TestAProgressMessageNeverUndoesTheDelayOfANak(t *testing.T) {
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		const jobs = 200
-		s := startServer(t)
-		_, js := connect(t, s)
-		// AckWait 30s, backoff 200ms: a progress message sent after the Nak
-		// would make a message come back after 30s rather than 200ms.
-		cons := workQueue(t, js, 30*time.Second, 0)
-		publishJobs(t, js, jobs)
+	t.Parallel()
+	const jobs = 200
+	s := startServer(t)
+	_, js := connect(t, s)
+	// AckWait 30s, backoff 200ms: a progress message sent after the Nak
+	// would make a message come back after 30s rather than 200ms.
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
 
-		ta := newTally()
-		// Progress every millisecond, for every held message: it races
-		// every Nak.
-		stop := consuming(t, newPool(t, 4), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			md, err := msg.Metadata()
-			require.NoError(t, err)
-			if md.NumDelivered == 1 {
-				time.Sleep(time.Millisecond)
-				return errors.New("first delivery fails")
-			}
-			ta.add(msg)
-			return nil
-		}, via.opts(js, natsjs.WithProgressInterval(time.Millisecond), natsjs.WithMaxInFlight(jobs),
-			natsjs.WithBackoff(func(uint64) time.Duration { return 200 * time.Millisecond }))...)
+	ta := newTally()
+	// Progress every millisecond, for every held message: it races
+	// every Nak.
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		if md.NumDelivered == 1 {
+			time.Sleep(time.Millisecond)
+			return errors.New("first delivery fails")
+		}
+		ta.add(msg)
+		return nil
+	}, natsjs.WithProgressInterval(time.Millisecond), natsjs.WithMaxInFlight(jobs),
+		natsjs.WithBackoff(func(uint64) time.Duration { return 200 * time.Millisecond }))
 
-		// Far below AckWait: only the Naks' delays can bring them all back.
-		require.Eventually(t, func() bool { return ta.distinct() == jobs }, 10*time.Second, 5*time.Millisecond,
-			"a failed message came back after AckWait, not its backoff")
-		require.NoError(t, stop())
-		requireEachOnce(t, ta, jobs)
-	})
+	// Far below AckWait: only the Naks' delays can bring them all back.
+	require.Eventually(t, func() bool { return ta.distinct() == jobs }, 10*time.Second, 5*time.Millisecond,
+		"a failed message came back after AckWait, not its backoff")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, jobs)
 }
 
 func TestAMessageHeldLongerThanTheConsumersBackOffIsNotRedelivered(t *testing.T) {
 	t.Parallel() // waits on the clock, not the CPU
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		workQueue(t, js, 30*time.Second, 0)
-		require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
-		// BackOff replaces AckWait: the server takes its first value as the
-		// AckWait, and redelivers an unacked second delivery after the second,
-		// 600ms. v1 sent progress every AckWait/3 = 1s.
-		cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
-			Durable: "backoff", AckPolicy: jetstream.AckExplicitPolicy,
-			MaxDeliver: 4, BackOff: []time.Duration{3 * time.Second, 600 * time.Millisecond, 600 * time.Millisecond},
-		})
-		require.NoError(t, err)
-		publishJobs(t, js, 1)
-
-		var mu sync.Mutex
-		var deliveries []uint64
-		stop := consuming(t, newPool(t, 1), cons, func(ctx context.Context, msg jetstream.Msg) error {
-			md, err := msg.Metadata()
-			require.NoError(t, err)
-			mu.Lock()
-			deliveries = append(deliveries, md.NumDelivered)
-			mu.Unlock()
-			if md.NumDelivered == 1 {
-				return errors.New("first delivery fails")
-			}
-			// The second delivery, whose redelivery delay is 600ms, runs for
-			// 2s: the default progress interval must be below 600ms.
-			time.Sleep(2 * time.Second)
-			return nil
-		}, via.opts(js, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))...)
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-		require.NoError(t, stop())
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Equal(t, []uint64{1, 2}, deliveries, "a held message was redelivered")
+	s := startServer(t)
+	_, js := connect(t, s)
+	workQueue(t, js, 30*time.Second, 0)
+	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
+	// BackOff replaces AckWait: the server takes its first value as the
+	// AckWait, and redelivers an unacked second delivery after the second,
+	// 600ms. v1 sent progress every AckWait/3 = 1s.
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "backoff", AckPolicy: jetstream.AckExplicitPolicy,
+		MaxDeliver: 4, BackOff: []time.Duration{3 * time.Second, 600 * time.Millisecond, 600 * time.Millisecond},
 	})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	var mu sync.Mutex
+	var deliveries []uint64
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		mu.Lock()
+		deliveries = append(deliveries, md.NumDelivered)
+		mu.Unlock()
+		if md.NumDelivered == 1 {
+			return errors.New("first delivery fails")
+		}
+		// The second delivery, whose redelivery delay is 600ms, runs for
+		// 2s: the default progress interval must be below 600ms.
+		time.Sleep(2 * time.Second)
+		return nil
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []uint64{1, 2}, deliveries, "a held message was redelivered")
 }

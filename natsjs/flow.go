@@ -1,0 +1,568 @@
+package natsjs
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A flow is a run's account of the messages the server may count as
+// delivered to this process and not acked, and of the runners it has in
+// the pool; it decides when to pull, how much, and when to send a runner.
+// It does no I/O: the run sends what it decides. One mutex guards it all.
+//
+// Each message is, at every moment, in one of five places, whose sum,
+// used, never exceeds bound:
+//   - owed: a pull asked for it, and the server may still deliver it;
+//   - queued: delivered, waiting for a runner;
+//   - running: a runner took it and has not settled it;
+//   - acked: acked with a plain ack that no pull carried since and no
+//     probe covers: the server may not have processed the ack yet;
+//   - probing: acked, and a probe (an ack with a reply) asks the server to
+//     confirm that it processed that ack and every one before it.
+//
+// A slot an ack frees goes into a pull only if that pull travels as an
+// ack sent after it (+NXT): the server processes the acks of one
+// connection to one consumer in the order they were sent, and registers a
+// pull that an ack carries only once it processed that ack. A plain pull
+// takes a queue of its own in the server, so it only takes slots no
+// unconfirmed ack holds. So what the server counts as delivered to this
+// process and not acked never exceeds bound.
+//
+// How much to ask for is decided by time, not by a count: the runners
+// should have waiting, or on their way, what they will run during the
+// horizon (a few pull round trips), perRunner messages each, and a message
+// for each worker a runner found free with nothing to run (a credit). A
+// runner holds a worker of the pool; one that finds nothing to run gives
+// the worker back at once. While no message waits or is owed and no credit
+// is left, the flow asks for tickets: runners that prove, by starting,
+// that the pool has a worker free. So a pool busy with other work gets no
+// message from Run that it could not start.
+type flow struct {
+	mu sync.Mutex
+
+	queue   []*message // queued, oldest first from head
+	head    int
+	running int
+	owed    int
+	acked   int
+	probing int
+
+	// credits counts workers that runners found free, with nothing to
+	// run, since the last pull.
+	credits int
+	// active counts runners that hold a worker; pending, those submitted
+	// to the pool and not started yet.
+	active, pending int
+	runners         map[*runner]struct{} // the active ones
+
+	// stopping is set when the run stops: no pull starts, no runner takes
+	// a message. handingBack is set once the stop handed back the queue:
+	// a message that arrives later goes back at once.
+	stopping, handingBack bool
+
+	// The run's parameters, set by setParams.
+	size     int // the pool's size or the sub-pool's limit
+	bound    int // the most messages held: WithMaxInFlight, or size + maxAhead
+	maxBatch int // the most messages one pull asks for
+
+	// minAhead is the least perRunner says, for tests that need
+	// messages queued whatever the handlers' speed.
+	minAhead int
+
+	// horizon is how far ahead the runners should be fed, a duration
+	// (atomic: runners read it for their turns); service is the average
+	// time a runner takes per message, in nanoseconds (atomic: runners
+	// update it as they go, without a lock).
+	horizon, service atomic.Int64
+
+	pulls     []pullRecord // live pulls, oldest first
+	liveSum   int          // the sum of n over pulls
+	lastPull  uint64
+	probes    map[uint64]probeRecord
+	lastProbe uint64
+
+	// changed (buffer 1) is signalled whenever a pull may be due, or what
+	// is owed, running or probing falls: the puller and the stop wait on
+	// it.
+	changed chan struct{}
+}
+
+// A runner is one task of the run on the pool, while it holds a worker.
+type runner struct {
+	cur *message // the message it runs, or nil; guarded by flow.mu
+}
+
+// A pullRecord is a live pull.
+type pullRecord struct {
+	id       uint64
+	n        int
+	deadline time.Time // past it, the server serves the pull no more
+	ended    bool      // the server ended it with a status
+}
+
+// A probeRecord is a probe on its way: the slots it frees when the server
+// answers.
+type probeRecord struct {
+	n        int
+	deadline time.Time
+}
+
+// maxAhead bounds what runners have waiting or owed, however fast they
+// run: jetstream's own Messages iterator buffers 500 messages by default.
+const maxAhead = 500
+
+func newFlow() *flow {
+	return &flow{
+		runners:  make(map[*runner]struct{}),
+		probes:   make(map[uint64]probeRecord),
+		changed:  make(chan struct{}, 1),
+		size:     1,
+		bound:    1,
+		maxBatch: 1,
+	}
+}
+
+// setParams sets the run's parameters: the pool's size, the bound
+// (WithMaxInFlight, 0: none but size + maxAhead), the horizon and the
+// largest pull.
+func (f *flow) setParams(size, maxInFlight int, horizon time.Duration, maxBatch int) {
+	f.horizon.Store(int64(horizon))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.size = max(size, 1)
+	f.bound = maxInFlight
+	if f.bound <= 0 {
+		f.bound = f.size + maxAhead
+	}
+	f.maxBatch = max(maxBatch, 1)
+	f.signal()
+}
+
+// horizonNow returns the horizon: how long a runner's turn lasts.
+func (f *flow) horizonNow() time.Duration { return time.Duration(f.horizon.Load()) }
+
+// sample records that a runner took d to run and settle a message. The
+// average moves by an eighth of the difference; concurrent samples may
+// overwrite each other, which an average of many does not notice.
+func (f *flow) sample(d time.Duration) {
+	old := f.service.Load()
+	if old == 0 {
+		f.service.Store(max(int64(d), 1))
+		return
+	}
+	f.service.Store(max(old+(int64(d)-old)/8, 1))
+}
+
+// perRunner returns how many messages each runner should have ahead of
+// it: those it runs within the horizon; none until it has run one. A
+// runner whose messages each take longer than the horizon has none ahead:
+// when it finishes one, it waits a round trip for the next, which is
+// little beside its message, rather than hold one the pool may not start.
+func (f *flow) perRunner() int {
+	n := int64(0)
+	if svc := f.service.Load(); svc > 0 {
+		n = min(f.horizon.Load()/svc, maxAhead)
+	}
+	return max(int(n), f.minAhead)
+}
+
+// signal tells the waiters to look again. Call with mu held.
+func (f *flow) signal() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (f *flow) queued() int { return len(f.queue) - f.head }
+
+func (f *flow) used() int { return f.owed + f.queued() + f.running + f.acked + f.probing }
+
+// target returns how many messages the runners should have waiting or
+// owed. Call with mu held.
+func (f *flow) target() int { return min(maxAhead, f.perRunner()*f.active) }
+
+// want returns how many messages a pull should ask for now, reusing up to
+// reusable acked slots: 0 while enough is waiting or owed, or while no
+// slot is free. While some is waiting or owed and no credit calls, it
+// waits until half the target is missing, so that pulls are fewer and
+// larger. Call with mu held.
+func (f *flow) want(reusable int) int {
+	if f.stopping {
+		return 0
+	}
+	supply := f.queued() + f.owed
+	target := f.target()
+	n := target + f.credits - supply
+	if n <= 0 || supply > 0 && f.credits == 0 && n < (target+1)/2 {
+		return 0
+	}
+	return max(min(n, f.maxBatch, f.bound-f.used()+reusable), 0)
+}
+
+// addPull records a pull of n owed slots, which meets the credits. Call
+// with mu held.
+func (f *flow) addPull(n int, deadline time.Time) uint64 {
+	f.lastPull++
+	f.owed += n
+	f.liveSum += n
+	f.credits = max(f.credits-n, 0)
+	f.pulls = append(f.pulls, pullRecord{id: f.lastPull, n: n, deadline: deadline})
+	return f.lastPull
+}
+
+// addProbe records a probe freeing n slots. Call with mu held.
+func (f *flow) addProbe(n int, deadline time.Time) uint64 {
+	f.lastProbe++
+	f.probing += n
+	f.probes[f.lastProbe] = probeRecord{n: n, deadline: deadline}
+	return f.lastProbe
+}
+
+// takeForPull decides a plain pull: it returns its id and size, 0 if none
+// is due. probe says that one is due but acked slots, which a plain pull
+// may not take, are in the way: the caller should probe them.
+func (f *flow) takeForPull(deadline time.Time) (id uint64, n int, probe bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n = f.want(0)
+	if n == 0 {
+		return 0, 0, f.acked > 0 && f.want(f.acked) > 0
+	}
+	return f.addPull(n, deadline), n, false
+}
+
+// carry decides whether the ack of a message a runner handled carries a
+// pull, and takes the slots if it does: the message's own and those of
+// the plain acks sent before, then free ones. It returns the pull's id
+// and size; 0, and nothing changed, if the ack should go plain.
+func (f *flow) carry(deadline time.Time) (id uint64, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The message moves from running to acked: its ack travels with the
+	// pull, and is processed before it.
+	n = f.want(f.acked + 1)
+	if n == 0 {
+		return 0, 0
+	}
+	f.running--
+	f.acked++
+	f.acked -= min(f.acked, n)
+	return f.addPull(n, deadline), n
+}
+
+// ackedPlain records that a runner sent a plain ack of the message it ran.
+// Call only after the ack was published: a later carried pull may take its
+// slot.
+func (f *flow) ackedPlain() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running--
+	f.acked++
+	f.signal()
+}
+
+// released frees the slot of a message a runner settled without an ack of
+// the run's own (a Nak, a Term, or the handler's own settling), or never
+// settled.
+func (f *flow) released() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running--
+	f.signal()
+}
+
+// probeAcked covers every acked slot with a probe, whose id it returns; 0
+// if none is acked.
+func (f *flow) probeAcked(deadline time.Time) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.acked == 0 {
+		return 0
+	}
+	n := f.acked
+	f.acked = 0
+	return f.addProbe(n, deadline)
+}
+
+// delivered takes in a message that arrived, in a slot a pull owed or, for
+// a message no live pull owed (one given up on delivered late), a free one.
+// It returns false if m must go back at once: no slot is free, or the stop
+// has handed back the queue. Else m waits for a runner, and runners is how
+// many the caller must submit to the pool.
+func (f *flow) delivered(m *message) (taken bool, runners int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.owed > 0:
+		f.owed--
+		if f.owed == 0 {
+			f.signal()
+		}
+	case f.used() >= f.bound:
+		return false, 0
+	}
+	if f.handingBack {
+		return false, 0
+	}
+	f.queue = append(f.queue, m)
+	return true, f.runnersDue()
+}
+
+// runnersDue returns how many runners to submit now, and counts them
+// pending: one for each queued message no runner will take soon, within
+// the pool's size; or, while nothing is queued or owed and no credit is
+// left, tickets for the workers no runner holds. Call with mu held.
+func (f *flow) runnersDue() int {
+	if f.stopping {
+		return 0
+	}
+	var want int
+	switch {
+	case f.queued() > 0:
+		want = min(f.size, f.running+f.queued())
+	case f.owed == 0 && f.credits == 0:
+		want = f.size
+	}
+	n := max(want-f.active-f.pending, 0)
+	f.pending += n
+	return n
+}
+
+// dueRunners is runnersDue, for the watcher and the puller.
+func (f *flow) dueRunners() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.runnersDue()
+}
+
+// unsubmitted takes back n runners counted pending that the pool refused.
+func (f *flow) unsubmitted(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending -= n
+}
+
+// start records that runner rn started on a worker. It returns false if
+// the run is stopping: rn must give the worker back at once.
+func (f *flow) start(rn *runner) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending--
+	if f.stopping {
+		return false
+	}
+	f.active++
+	f.runners[rn] = struct{}{}
+	return true
+}
+
+// next returns the next queued message for rn to run, and counts it
+// running. It returns nil, and rn gives its worker back, if nothing is
+// queued, or the run is stopping, or yield says that rn has had its turn
+// and another runner was submitted in its place; a runner that found
+// nothing to run leaves a credit: a worker is free.
+func (f *flow) next(rn *runner, yield bool) *message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rn.cur = nil
+	if f.stopping || f.queued() == 0 || yield {
+		f.active--
+		delete(f.runners, rn)
+		if !f.stopping && f.queued() == 0 {
+			f.credits = min(f.credits+1, f.size)
+		}
+		f.signal()
+		return nil
+	}
+	m := f.queue[f.head]
+	f.queue[f.head] = nil
+	f.head++
+	if f.head == len(f.queue) {
+		f.queue, f.head = f.queue[:0], 0
+	} else if f.head >= 1024 && f.head*2 >= len(f.queue) {
+		f.queue, f.head = append(f.queue[:0], f.queue[f.head:]...), 0
+	}
+	f.running++
+	rn.cur = m
+	return m
+}
+
+// yieldDue reports whether a runner that has had its turn should give its
+// worker back to another runner: only if messages wait, and the run is not
+// stopping. It counts the other runner pending.
+func (f *flow) yieldDue() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping || f.queued() == 0 {
+		return false
+	}
+	f.pending++
+	return true
+}
+
+// died records that runner rn ended, its message settled, because its
+// handler panicked or called runtime.Goexit. It returns how many runners
+// to submit in its place.
+func (f *flow) died(rn *runner) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rn.cur = nil
+	f.active--
+	delete(f.runners, rn)
+	f.signal()
+	return f.runnersDue()
+}
+
+// held appends every queued or running message to buf.
+func (f *flow) held(buf []*message) []*message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	buf = append(buf, f.queue[f.head:]...)
+	for rn := range f.runners {
+		if rn.cur != nil {
+			buf = append(buf, rn.cur)
+		}
+	}
+	return buf
+}
+
+// stop forbids pulls and new starts from now on.
+func (f *flow) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopping = true
+	f.signal()
+}
+
+// handBack takes the queue, for the stop to hand back: from now on, a
+// message that arrives goes back at once.
+func (f *flow) handBack() []*message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handingBack = true
+	q := append([]*message(nil), f.queue[f.head:]...)
+	clear(f.queue)
+	f.queue, f.head = f.queue[:0], 0
+	return q
+}
+
+// find returns the index of live pull id in f.pulls, or -1.
+func (f *flow) find(id uint64) int {
+	i := sort.Search(len(f.pulls), func(i int) bool { return f.pulls[i].id >= id })
+	if i < len(f.pulls) && f.pulls[i].id == id {
+		return i
+	}
+	return -1
+}
+
+// ended records that the server ended pull id with pending messages not
+// delivered (-1: all of them), and frees those slots. A status for a pull
+// already ended or given up on changes nothing.
+func (f *flow) ended(id uint64, pending int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.find(id)
+	if i < 0 || f.pulls[i].ended {
+		return
+	}
+	p := &f.pulls[i]
+	p.ended = true
+	f.liveSum -= p.n
+	if pending < 0 || pending > p.n {
+		pending = p.n
+	}
+	f.owed -= min(pending, f.owed)
+	f.signal()
+}
+
+// sweep forgets the pulls that ended or expired before now and, if more
+// is owed than the live pulls can still deliver, takes the difference
+// back: to a probe with deadline if probe, else to the free slots. It
+// returns the slots taken back and the probe's id (0 if none).
+func (f *flow) sweep(now time.Time, probe bool, deadline time.Time) (lost int, probeID uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := 0
+	for k < len(f.pulls) && (f.pulls[k].ended || now.After(f.pulls[k].deadline)) {
+		if !f.pulls[k].ended {
+			f.liveSum -= f.pulls[k].n
+		}
+		k++
+	}
+	if k > 0 {
+		f.pulls = append(f.pulls[:0], f.pulls[k:]...)
+	}
+	if f.owed <= f.liveSum {
+		return 0, 0
+	}
+	lost = f.owed - f.liveSum
+	f.owed = f.liveSum
+	if probe {
+		probeID = f.addProbe(lost, deadline)
+	}
+	f.signal()
+	return lost, probeID
+}
+
+// abandonPulls gives up on every live pull, as when the connection is
+// closed: nothing more can come.
+func (f *flow) abandonPulls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pulls = f.pulls[:0]
+	f.liveSum = 0
+	f.owed = 0
+	f.signal()
+}
+
+// endProbe frees the slots of probe id, which the server answered or which
+// failed; false if it had ended already.
+func (f *flow) endProbe(id uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.probes[id]
+	if !ok {
+		return false
+	}
+	delete(f.probes, id)
+	f.probing -= p.n
+	f.signal()
+	return true
+}
+
+// expireProbes frees the slots of the probes whose deadline passed before
+// now (all of them if all), and returns how many acks they covered.
+func (f *flow) expireProbes(now time.Time, all bool) (expired int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, p := range f.probes {
+		if all || now.After(p.deadline) {
+			delete(f.probes, id)
+			f.probing -= p.n
+			expired += p.n
+		}
+	}
+	if expired > 0 {
+		f.signal()
+	}
+	return expired
+}
+
+// A flowCounts is a snapshot of a flow.
+type flowCounts struct {
+	queued, running, owed, acked, probing int
+	credits, active, pending              int
+}
+
+// counts returns a snapshot.
+func (f *flow) counts() flowCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return flowCounts{
+		queued: f.queued(), running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
+		credits: f.credits, active: f.active, pending: f.pending,
+	}
+}
