@@ -56,6 +56,11 @@ type flow struct {
 	// to the pool and not started yet.
 	active, pending int
 	runners         map[*runner]struct{} // the active ones
+	idle            []*runner            // the active ones that linger, waiting for a message
+	// lastArrival is when the last message arrived, in nanoseconds of
+	// the monotonic clock (see monotonic): runners linger only while
+	// messages arrive.
+	lastArrival int64
 
 	// stopping is set when the run stops: no pull starts, no runner takes
 	// a message. handingBack is set once the stop handed back the queue:
@@ -83,16 +88,24 @@ type flow struct {
 	probes    map[uint64]probeRecord
 	lastProbe uint64
 
-	// changed (buffer 1) is signalled whenever a pull may be due, or what
-	// is owed, running or probing falls: the puller and the stop wait on
-	// it.
+	// changed (buffer 1) is signalled whenever a plain pull may be due
+	// (a credit, slots freed by a status, a Nak or a probe), and, once the
+	// run is stopping, whenever what is owed, active or probing falls: the
+	// puller and then the stop wait on it. Not on every delivery or ack:
+	// while runners run, their acks carry the pulls, and waking the puller
+	// for each message would cost a goroutine switch per message.
 	changed chan struct{}
 }
 
 // A runner is one task of the run on the pool, while it holds a worker.
 type runner struct {
-	cur *message // the message it runs, or nil; guarded by flow.mu
+	cur       *message      // the message it runs, or nil; guarded by flow.mu
+	lingering bool          // it waits in flow.idle; guarded by flow.mu
+	wake      chan *message // buffer 1: a message handed to it as it lingers, or nil at a stop
+	timer     *time.Timer   // its linger's, made on its first linger
 }
+
+func newRunner() *runner { return &runner{wake: make(chan *message, 1)} }
 
 // A pullRecord is a live pull.
 type pullRecord struct {
@@ -255,13 +268,13 @@ func (f *flow) carry(deadline time.Time) (id uint64, n int) {
 
 // ackedPlain records that a runner sent a plain ack of the message it ran.
 // Call only after the ack was published: a later carried pull may take its
-// slot.
+// slot. It does not wake the puller: the runners' next acks carry the
+// pulls while they run, and the watcher probes the acked slots.
 func (f *flow) ackedPlain() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.running--
 	f.acked++
-	f.signal()
 }
 
 // released frees the slot of a message a runner settled without an ack of
@@ -298,14 +311,25 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 	switch {
 	case f.owed > 0:
 		f.owed--
-		if f.owed == 0 {
-			f.signal()
+		if f.owed == 0 && f.stopping {
+			f.signal() // the stop waits for this
 		}
 	case f.used() >= f.bound:
 		return false, 0
 	}
 	if f.handingBack {
 		return false, 0
+	}
+	f.lastArrival = monotonic()
+	if n := len(f.idle); n > 0 {
+		// A runner lingers for a message: it is this one.
+		rn := f.idle[n-1]
+		f.idle = f.idle[:n-1]
+		rn.lingering = false
+		rn.cur = m
+		f.running++
+		rn.wake <- m
+		return true, 0
 	}
 	f.queue = append(f.queue, m)
 	return true, f.runnersDue()
@@ -360,24 +384,39 @@ func (f *flow) start(rn *runner) bool {
 }
 
 // next returns the next queued message for rn to run, and counts it
-// running. It returns nil, and rn gives its worker back, if nothing is
-// queued, or the run is stopping, or yield says that rn has had its turn
-// and another runner was submitted in its place; a runner that found
-// nothing to run leaves a credit: a worker is free.
-func (f *flow) next(rn *runner, yield bool) *message {
+// running. It returns nil, and rn gives its worker back, if the run is
+// stopping, or yield says that rn has had its turn and another runner was
+// submitted in its place, or nothing is queued and nothing arrived within
+// the horizon; a runner that gives its worker back because nothing is
+// queued leaves a credit: a worker is free. While messages arrive, a
+// runner that finds the queue empty lingers instead (linger is true): it
+// keeps its worker for the horizon, for a message the subscription hands
+// it directly (see delivered), rather than give the worker back and cost
+// a hand-off to the pool per message; if nothing is owed, it leaves a
+// credit too, so that the puller asks for its message.
+func (f *flow) next(rn *runner, yield bool, now int64) (m *message, linger bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rn.cur = nil
-	if f.stopping || f.queued() == 0 || yield {
-		f.active--
-		delete(f.runners, rn)
-		if !f.stopping && f.queued() == 0 {
+	empty := f.queued() == 0
+	if !f.stopping && !yield && empty && now-f.lastArrival < f.horizon.Load() {
+		if f.owed == 0 {
+			f.credits = min(f.credits+1, f.size)
+			f.signal()
+		}
+		rn.lingering = true
+		f.idle = append(f.idle, rn)
+		return nil, true
+	}
+	if f.stopping || empty || yield {
+		f.leaveLocked(rn)
+		if !f.stopping && empty {
 			f.credits = min(f.credits+1, f.size)
 		}
 		f.signal()
-		return nil
+		return nil, false
 	}
-	m := f.queue[f.head]
+	m = f.queue[f.head]
 	f.queue[f.head] = nil
 	f.head++
 	if f.head == len(f.queue) {
@@ -387,7 +426,39 @@ func (f *flow) next(rn *runner, yield bool) *message {
 	}
 	f.running++
 	rn.cur = m
-	return m
+	return m, false
+}
+
+// leaveLocked records that rn gives its worker back. Call with mu held.
+func (f *flow) leaveLocked(rn *runner) {
+	f.active--
+	delete(f.runners, rn)
+}
+
+// unlinger ends the linger of rn, whose horizon passed: it gives its
+// worker back, and unlinger returns true. It returns false if a message
+// was handed to rn meanwhile, which rn must take from rn.wake.
+func (f *flow) unlinger(rn *runner) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !rn.lingering {
+		return false
+	}
+	f.dropIdleLocked(rn)
+	f.leaveLocked(rn)
+	f.signal()
+	return true
+}
+
+// dropIdleLocked takes rn off the lingering runners. Call with mu held.
+func (f *flow) dropIdleLocked(rn *runner) {
+	rn.lingering = false
+	for i, x := range f.idle {
+		if x == rn {
+			f.idle = append(f.idle[:i], f.idle[i+1:]...)
+			return
+		}
+	}
 }
 
 // yieldDue reports whether a runner that has had its turn should give its
@@ -429,13 +500,26 @@ func (f *flow) held(buf []*message) []*message {
 	return buf
 }
 
-// stop forbids pulls and new starts from now on.
+// stop forbids pulls and new starts from now on, and sends the lingering
+// runners away.
 func (f *flow) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopping = true
+	for _, rn := range f.idle {
+		rn.lingering = false
+		f.leaveLocked(rn)
+		rn.wake <- nil
+	}
+	f.idle = nil
 	f.signal()
 }
+
+// monotonic returns the time on a monotonic clock, in nanoseconds.
+func monotonic() int64 { return int64(time.Since(epoch)) }
+
+// epoch is monotonic's origin.
+var epoch = time.Now()
 
 // handBack takes the queue, for the stop to hand back: from now on, a
 // message that arrives goes back at once.

@@ -38,7 +38,7 @@ func (r *run) submitRunners(n int) {
 
 // runTask is a runner: Run's task on the pool, r.runnerTask.
 func (r *run) runTask() {
-	rn := &runner{}
+	rn := newRunner()
 	if !r.flow.start(rn) {
 		return // the run is stopping or over
 	}
@@ -50,12 +50,11 @@ func (r *run) runTask() {
 			r.submitRunners(r.flow.died(rn))
 		}
 	}()
-	turn := r.flow.horizonNow()
 	start := time.Now()
 	yield := false
 	for m := r.next(rn, false); m != nil; m = r.next(rn, yield) {
 		now := r.handle(m)
-		if now.Sub(start) >= turn && r.flow.yieldDue() {
+		if now.Sub(start) >= r.flow.horizonNow() && r.othersWait() && r.flow.yieldDue() {
 			if err := r.s.TrySubmit(r.runnerTask); err == nil {
 				yield = true
 			} else {
@@ -65,11 +64,24 @@ func (r *run) runTask() {
 				if errors.Is(err, workerpool.ErrStopped) {
 					r.end(workerpool.ErrStopped)
 				}
-				start = now
 			}
+		}
+		if !yield && now.Sub(start) >= r.flow.horizonNow() {
+			start = now // a new turn
 		}
 	}
 	ended = true
+}
+
+// othersWait reports whether other tasks may be waiting for the pool's
+// workers, so that a runner that has had its turn should yield: for a
+// *workerpool.Pool, whether its queue holds any; for a sub-pool, whose
+// pool's queue is not visible, always.
+func (r *run) othersWait() bool {
+	if p, ok := r.s.(*workerpool.Pool); ok {
+		return p.WaitingQueueSize() > 0
+	}
+	return true
 }
 
 // next returns the next message rn runs, or nil once rn must give its
@@ -80,7 +92,26 @@ func (r *run) next(rn *runner, yield bool) *message {
 	if r.stopCtx.Err() != nil {
 		r.beginStop()
 	}
-	return r.flow.next(rn, yield)
+	m, linger := r.flow.next(rn, yield, monotonic())
+	if !linger {
+		return m
+	}
+	horizon := r.flow.horizonNow()
+	if rn.timer == nil {
+		rn.timer = time.NewTimer(horizon)
+	} else {
+		rn.timer.Reset(horizon)
+	}
+	select {
+	case m = <-rn.wake: // nil at a stop
+		rn.timer.Stop()
+		return m
+	case <-rn.timer.C:
+		if r.flow.unlinger(rn) {
+			return nil
+		}
+		return <-rn.wake // handed to it as the horizon passed
+	}
 }
 
 // handle runs the handler on m and settles m, and returns when it ended.

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -269,16 +270,70 @@ func (r *run) publish(js jetstream.JetStream, out *nats.Msg, opts ...jetstream.P
 // confirm sends body, m's settling, asking the server to confirm that it
 // processed it, and waits for the answer up to the settle timeout. A
 // settling the server did not confirm is reported and counted.
+//
+// A settling written to a connection that was lost before the answer came
+// may have been lost with it (written to a socket the server had already
+// closed): once the client has reconnected, confirm sends it again. One
+// that the client buffered while it was disconnected is not sent again:
+// the client sends it when it reconnects. Sending a settling twice is
+// harmless but for a Nak the server had processed the first time, which
+// may make another process's delivery of the message come back: a
+// duplicate, which at-least-once allows, rather than a hand-back lost.
 func (r *run) confirm(m *message, op string, body []byte) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.settleTimeout)
 	defer cancel()
-	if _, err := r.nc.RequestWithContext(ctx, m.msg.Reply, body); err != nil {
+	for {
+		connected, reconnects := r.nc.IsConnected(), r.nc.Stats().Reconnects
+		try, cancelTry := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.nc.RequestWithContext(try, m.msg.Reply, body)
+			done <- err
+		}()
+		err := r.awaitAnswer(done, connected, reconnects, cancelTry)
+		cancelTry()
+		switch {
+		case err == nil:
+			return true
+		case err == errReconnected && ctx.Err() == nil:
+			continue
+		}
 		r.unconfirmed.Add(1)
 		r.report(m.messageError(op, fmt.Errorf("%w: %w", ErrNotConfirmed, err)))
 		return false
 	}
-	return true
 }
+
+// errReconnected says that the client reconnected while a settling sent
+// on the connection before waited for its answer.
+var errReconnected = errors.New("natsjs: the connection was lost and restored")
+
+// awaitAnswer waits for a request's result on done. If the request was
+// sent while connected, and the client reconnects meanwhile, it cancels
+// the request and returns errReconnected.
+func (r *run) awaitAnswer(done <-chan error, connected bool, reconnects uint64, cancel context.CancelFunc) error {
+	if !connected {
+		return <-done
+	}
+	tick := time.NewTicker(reconnectPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if r.nc.Stats().Reconnects != reconnects && r.nc.IsConnected() {
+				cancel()
+				<-done
+				return errReconnected
+			}
+		}
+	}
+}
+
+// reconnectPoll is how often a settling waiting for its answer checks
+// whether the client reconnected.
+const reconnectPoll = 20 * time.Millisecond
 
 // headerValue makes s fit in a header value: one line, at most 1024 bytes.
 func headerValue(s string) string {

@@ -487,7 +487,9 @@ func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jet
 			natsjs.WithErrorHandler(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
 	}()
 	<-started
-	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == held }, "Run does not hold its bound")
+	// It pulls again once half of what it should have queued is missing:
+	// it holds between half and all of its bound.
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending >= held/2 }, "Run holds few messages")
 	s.Shutdown()
 	s.WaitForShutdown()
 	cancel()
