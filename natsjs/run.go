@@ -109,7 +109,7 @@ const (
 	// runners run out, on a machine whose scheduler delays the puller and
 	// the client's goroutines too; at least minHorizon, which is what a
 	// loopback round trip costs on a loaded machine.
-	minHorizon  = 2 * time.Millisecond
+	minHorizon  = 5 * time.Millisecond
 	horizonRTTs = 4
 )
 
