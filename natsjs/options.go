@@ -123,8 +123,9 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 // be sent, a settling the server did not confirm, a copy that could not be
 // published); a pull the server did not answer or refused for a while.
 // Run calls f from its own goroutines and from the pool's workers, one
-// call at a time; f must not block for long, nor call Run's handler
-// machinery. nil, the default, drops them.
+// call at a time, after it settled the message concerned; f must not
+// block for long. A panic in f is logged (log/slog) and dropped. nil, the
+// default, drops them.
 func WithErrorHandler(f func(error)) Option {
 	return func(c *config) { c.onError = f }
 }

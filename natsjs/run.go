@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,13 +234,21 @@ func (r *run) end(err error) {
 	r.hcancel()
 }
 
-// report tells the error handler of err.
+// report tells the error handler of err. A panic in the error handler is
+// logged and dropped: it must not end the runner, the watcher or the
+// subscription's goroutine that reports, which would leave messages
+// unsettled.
 func (r *run) report(err error) {
 	if r.cfg.onError == nil {
 		return
 	}
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			slog.Error("natsjs: the error handler panicked", "consumer", r.name, "panic", v, "error", err)
+		}
+	}()
 	r.cfg.onError(err)
 }
 

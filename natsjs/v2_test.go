@@ -209,7 +209,8 @@ func TestTheErrorHandlerIsToldOfADeadLetterThatCannotBePublished(t *testing.T) {
 	// No stream captures nowhere.dead: the copy cannot be stored.
 	stop := consuming(t, newPool(t, 1), js, cons, func(context.Context, jetstream.Msg) error {
 		return errors.New("boom")
-	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) { got <- err }))
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) { got <- err }),
+		natsjs.WithSettleTimeout(300*time.Millisecond))
 
 	var err error
 	select {

@@ -242,3 +242,251 @@ func TestAMessageWhoseDeadLetterCannotBePublishedStaysInItsStream(t *testing.T) 
 	assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
 	assert.Equal(t, 1, consumerInfo(t, cons).NumAckPending, "the message was handed back")
 }
+
+// hookLog collects what a run's error handler is told.
+type hookLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (h *hookLog) option() natsjs.Option {
+	return natsjs.WithErrorHandler(func(err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.errs = append(h.errs, err)
+	})
+}
+
+// handlerErrors returns the HandlerErrors told so far.
+func (h *hookLog) handlerErrors() []*natsjs.HandlerError {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*natsjs.HandlerError
+	for _, err := range h.errs {
+		var he *natsjs.HandlerError
+		if errors.As(err, &he) {
+			out = append(out, he)
+		}
+	}
+	return out
+}
+
+func TestTheErrorHandlerHearsEachHandlerFailureWithItsSequenceDeliveryAndFinality(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 3
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	publishJobs(t, js, 3)
+
+	// Job 0 returns an error, job 1 panics, job 2 calls runtime.Goexit,
+	// on every delivery.
+	var hook hookLog
+	quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
+	stop := consuming(t, newPool(t, 2, quiet), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		switch string(msg.Data()) {
+		case "0":
+			return errors.New("job 0 failed")
+		case "1":
+			panic(fmt.Sprintf("job %s panicked", msg.Data()))
+		}
+		runtime.Goexit()
+		return nil
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "failed messages not terminated")
+	require.NoError(t, stop())
+
+	got := make(map[uint64][]*natsjs.HandlerError) // by stream sequence
+	for _, he := range hook.handlerErrors() {
+		got[he.Sequence] = append(got[he.Sequence], he)
+	}
+	require.Len(t, got, 3)
+	for seq, hes := range got {
+		require.Len(t, hes, maxDeliver, "message %d", seq)
+		for i, he := range hes {
+			assert.Equal(t, "JOBS", he.Stream)
+			assert.Equal(t, uint64(i+1), he.Delivery)
+			assert.Equal(t, i+1 == maxDeliver, he.Final, "message %d delivery %d", seq, he.Delivery)
+			assert.False(t, he.Stopped)
+			assert.Contains(t, he.Error(), fmt.Sprintf("JOBS/%d", seq))
+		}
+	}
+	// Sequences 1, 2, 3 hold jobs 0, 1, 2.
+	assert.EqualError(t, got[1][0].Err, "job 0 failed")
+	var pe *workerpool.PanicError
+	require.ErrorAs(t, got[2][0], &pe)
+	assert.Equal(t, "job 1 panicked", pe.Value)
+	assert.Contains(t, string(pe.Stack), "settle_test.go", "the stack is not the handler's")
+	assert.Contains(t, got[3][0].Error(), "runtime.Goexit")
+}
+
+func TestAPermanentFailureIsDeadLetteredAtOnceWithoutRetries(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 2)
+
+	bad := errors.New("malformed job")
+	ta := newTally()
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if string(msg.Data()) == "0" {
+			return fmt.Errorf("job 0: %w", natsjs.Permanent(bad))
+		}
+		return natsjs.Permanent(nil)
+	}, natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 2 && streamMsgs(t, js, "JOBS") == 0 },
+		"permanent failures not dead-lettered")
+	require.NoError(t, stop())
+	assert.Equal(t, map[string]int{"0": 1, "1": 1}, ta.snapshot(), "a permanent failure was retried")
+	hes := hook.handlerErrors()
+	require.Len(t, hes, 2)
+	for _, he := range hes {
+		assert.True(t, he.Final)
+		assert.Equal(t, uint64(1), he.Delivery)
+	}
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	errs := map[string]string{}
+	for seq := uint64(1); seq <= 2; seq++ {
+		raw, err := dead.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		errs[string(raw.Data)] = raw.Header.Get("Natsjs-Error")
+		assert.Equal(t, "1", raw.Header.Get("Natsjs-Deliveries"))
+	}
+	assert.Equal(t, map[string]string{"0": "job 0: malformed job", "1": "natsjs: permanent failure"}, errs)
+	assert.True(t, errors.Is(natsjs.Permanent(bad), bad))
+}
+
+func TestADeadLetterCarriesThePanicValueAndAnIdThatDeduplicatesItsRepublication(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 1)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	quiet := workerpool.WithPanicHandler(func(*workerpool.PanicError) {})
+	stop := consuming(t, newPool(t, 1, quiet), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		panic(fmt.Errorf("index %d out of range", 7))
+	}, natsjs.WithDeadLetter(js, "dead.jobs"))
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 }, "not dead-lettered")
+	require.NoError(t, stop())
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	raw, err := dead.GetMsg(context.Background(), 1)
+	require.NoError(t, err)
+	assert.Equal(t, "natsjs: handler panicked: index 7 out of range", raw.Header.Get("Natsjs-Error"))
+
+	// Published again, as after an answer lost, the dead letter is
+	// stored once.
+	again := nats.NewMsg(raw.Subject)
+	again.Data = raw.Data
+	again.Header = raw.Header
+	ack, err := js.PublishMsg(context.Background(), again)
+	require.NoError(t, err)
+	assert.True(t, ack.Duplicate, "the dead letter published again was stored again")
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"))
+}
+
+// redeliveryGaps runs a handler that fails on every delivery of one job
+// until the last of maxDeliver, on a consumer made with cfg, and returns
+// the time between each failure and the next delivery.
+func redeliveryGaps(t *testing.T, cfg jetstream.ConsumerConfig, opts ...natsjs.Option) []time.Duration {
+	t.Helper()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy,
+	})
+	require.NoError(t, err)
+	cfg.Durable, cfg.AckPolicy = "workers", jetstream.AckExplicitPolicy
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", cfg)
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	var mu sync.Mutex
+	var gaps []time.Duration
+	var failed time.Time
+	done := make(chan struct{})
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed.IsZero() {
+			gaps = append(gaps, time.Since(failed))
+		}
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		if md.NumDelivered == uint64(cfg.MaxDeliver) {
+			close(done)
+			return nil
+		}
+		failed = time.Now()
+		return errors.New("fails")
+	}, opts...)
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("the last delivery never came")
+	}
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	return gaps
+}
+
+func TestTheConsumersBackOffIsHonouredWithoutWithBackoff(t *testing.T) {
+	t.Parallel()
+	// nats-server counts a Nak's delay against BackOff[0] but waits
+	// BackOff[d-1] after delivery d: uncorrected, the second gap would be
+	// 300ms + 1.5s - 300ms + 1.5s... Run corrects it.
+	backOff := []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond}
+	gaps := redeliveryGaps(t, jetstream.ConsumerConfig{MaxDeliver: 3, BackOff: backOff})
+	require.Len(t, gaps, 2)
+	for i, gap := range gaps {
+		assert.GreaterOrEqual(t, gap, backOff[i], "delivery %d came back before the consumer's BackOff", i+2)
+		assert.Less(t, gap, backOff[i]+time.Second, "delivery %d came back long after the consumer's BackOff", i+2)
+	}
+}
+
+func TestWithBackoffOverridesTheConsumersBackOff(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}
+	gaps := redeliveryGaps(t, jetstream.ConsumerConfig{MaxDeliver: 3, BackOff: []time.Duration{3 * time.Second, 2 * time.Second}},
+		natsjs.WithBackoff(func(d uint64) time.Duration { return want[d-1] }))
+	require.Len(t, gaps, 2)
+	// The server waits BackOff[1] - BackOff[0] longer than a Nak asks
+	// after delivery 2, here 1s less: Run asks for 1.4s to get 400ms.
+	assert.GreaterOrEqual(t, gaps[0], want[0])
+	assert.Less(t, gaps[0], want[0]+time.Second)
+	assert.GreaterOrEqual(t, gaps[1], want[1])
+	assert.Less(t, gaps[1], want[1]+time.Second)
+}
+
+func TestAPanickingErrorHandlerDoesNotStopRun(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 20)
+
+	ta := newTally()
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		if md.NumDelivered == 1 {
+			return errors.New("first delivery fails")
+		}
+		ta.add(msg)
+		return nil
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }),
+		natsjs.WithErrorHandler(func(error) { panic("the error handler is broken") }))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, 20)
+}
