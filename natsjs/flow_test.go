@@ -197,3 +197,106 @@ func TestARunOnABusyPoolHoldsNothingAndStallsNoOtherProcess(t *testing.T) {
 	assert.Len(t, ranA, 0, "A ran a job while its pool was busy")
 	requireEachOnce(t, tb, jobs)
 }
+
+func TestARunWhoseHandlersAreLongHoldsOnlyWhatTheyRun(t *testing.T) {
+	t.Parallel()
+	const jobs = 20
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: 4,
+	})
+	require.NoError(t, err)
+	publishJobs(t, js, jobs)
+
+	// A's two handlers block: A holds them, and nothing more.
+	release := make(chan struct{})
+	startedA := make(chan string, jobs)
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		startedA <- string(msg.Data())
+		<-release
+		return nil
+	})
+	<-startedA
+	<-startedA
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	// B gets the two slots of MaxAckPending A leaves, and every other job.
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 8), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == jobs-2 }, "B starved while A's handlers ran")
+	// Once B's acks are in, what is pending is what A's handlers run.
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "A holds more than its running handlers")
+	free()
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stopA())
+	require.NoError(t, stopB())
+}
+
+func TestTwoRunsOnOnePoolShareItAndStopApart(t *testing.T) {
+	t.Parallel()
+	const jobs = 400
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	p := newPool(t, 4)
+	var running, peak atomic.Int32
+	ta := newTally()
+	h := func(ctx context.Context, msg jetstream.Msg) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		ta.add(msg)
+		return nil
+	}
+	stopA := consuming(t, p, js, cons, h)
+	stopB := consuming(t, p, js, cons, h)
+	eventually(t, func() bool { return ta.distinct() >= jobs/4 }, "the Runs handled nothing")
+	require.NoError(t, stopA())
+	// B goes on alone, and gets what A handed back.
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left after A stopped")
+	require.NoError(t, stopB())
+	requireEachOnce(t, ta, jobs)
+	assert.LessOrEqual(t, peak.Load(), int32(4), "more handlers ran than the pool has workers")
+}
+
+func TestRunFollowsAResizeOfItsPool(t *testing.T) {
+	t.Parallel()
+	const jobs = 8
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, jobs)
+
+	p := newPool(t, 1)
+	release := make(chan struct{})
+	var running atomic.Int32
+	stop := consuming(t, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		running.Add(1)
+		<-release
+		return nil
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	eventually(t, func() bool { return running.Load() == 1 }, "no handler ran")
+	p.Resize(4)
+	eventually(t, func() bool { return running.Load() == 4 }, "Run did not use the workers Resize added")
+	assert.Equal(t, 4, consumerInfo(t, cons).NumAckPending, "Run held more than its running handlers")
+	free()
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stop())
+}

@@ -165,6 +165,7 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 		return err
 	}
 	r.setConsumer(c)
+	r.reconnects = r.nc.Stats().Reconnects
 	if cfg.progress != 0 {
 		r.progressEvery.Store(int64(cfg.progress))
 	}

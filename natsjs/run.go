@@ -69,6 +69,9 @@ type run struct {
 
 	// lastAcked is a message the run acked: a probe acks it again.
 	lastAcked atomic.Pointer[message]
+	// reconnects is the client's count of reconnections, as the watcher
+	// last saw it. Owned by the watcher.
+	reconnects uint64
 	// unconfirmed counts what the stop settled and the server did not
 	// confirm.
 	unconfirmed atomic.Int64
@@ -330,6 +333,12 @@ func (r *run) poll() {
 		r.notConfirmed(r.flow.expireProbes(now, true), nats.ErrConnectionClosed)
 		return
 	}
+	// A probe sent before a reconnection proves nothing: the acks before
+	// it may have died with the connection, and its answer with them.
+	if rc := r.nc.Stats().Reconnects; rc != r.reconnects {
+		r.reconnects = rc
+		r.notConfirmed(r.flow.expireProbes(now, true), errReconnected)
+	}
 	// Pulls the server neither served nor ended in time were lost, with
 	// their messages perhaps: a probe on the last ack frees their slots
 	// once the server confirms it has the acks sent before. Lost pulls
@@ -351,13 +360,11 @@ func (r *run) poll() {
 }
 
 // notConfirmed reports n acks whose probes got no answer: their messages
-// may come back. During the stop, they count as unconfirmed.
+// may come back. These acks were sent before the stop, as it ran: Run
+// returns an error only for the settlings of the stop itself.
 func (r *run) notConfirmed(n int, cause error) {
 	if n == 0 {
 		return
-	}
-	if r.stopping.Load() {
-		r.unconfirmed.Add(int64(n))
 	}
 	if cause != ErrNotConfirmed {
 		cause = fmt.Errorf("%w: %w", ErrNotConfirmed, cause)

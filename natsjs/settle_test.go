@@ -257,6 +257,13 @@ func (h *hookLog) option() natsjs.Option {
 	})
 }
 
+// all returns what was told so far.
+func (h *hookLog) all() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]error(nil), h.errs...)
+}
+
 // handlerErrors returns the HandlerErrors told so far.
 func (h *hookLog) handlerErrors() []*natsjs.HandlerError {
 	h.mu.Lock()

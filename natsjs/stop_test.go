@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -547,4 +548,167 @@ func TestAStopDuringAnOutageThatEndsInTimeHandsEverythingBack(t *testing.T) {
 		t.Fatalf("messages left %v after the restart: %+v", time.Since(restarted), info)
 	}
 	require.NoError(t, stopB())
+}
+
+func TestAStopRacingLastDeliveriesRepublishesWhatItCannotFinish(t *testing.T) {
+	t.Parallel()
+	const jobs = 60
+	s := startServer(t)
+	_, js := connect(t, s)
+	// MaxDeliver 1: every delivery is the last, so every hand-back of
+	// the stop is a re-publication.
+	cons := workQueue(t, js, 30*time.Second, 1)
+	publishJobs(t, js, jobs)
+
+	done := newTally() // jobs whose handler returned nil, in A or B
+	handler := func(ctx context.Context, msg jetstream.Msg) error {
+		select {
+		case <-time.After(5 * time.Millisecond):
+			done.add(msg)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var hook hookLog
+	stopA := consuming(t, newPool(t, 2), js, cons, handler, natsjs.WithAhead(10), natsjs.WithGracePeriod(0), hook.option())
+	eventually(t, func() bool { return done.distinct() >= jobs/4 }, "A handled nothing")
+	require.NoError(t, stopA())
+	finishedA := done.distinct()
+	for _, he := range hook.handlerErrors() {
+		assert.True(t, he.Stopped && !he.Final, "%v", he)
+	}
+
+	// B gets every job A did not finish: the copies of those A held.
+	var copies atomic.Int32
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if msg.Headers().Get("Natsjs-Republished-From") != "" {
+			copies.Add(1)
+			assert.Equal(t, string(msg.Data()), msg.Headers().Get("Natsjs-Original-Msg-Id"))
+		}
+		return handler(ctx, msg)
+	})
+	eventually(t, func() bool { return done.distinct() == jobs }, "jobs lost")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "messages left in the stream")
+	require.NoError(t, stopB())
+	requireEachOnce(t, done, jobs)
+	assert.Positive(t, copies.Load(), "A's stop re-published nothing: the attack missed")
+	t.Logf("A finished %d jobs; B got %d copies", finishedA, copies.Load())
+}
+
+func TestALastDeliveryTheStopCannotHandBackOutsideAWorkQueueIsDeadLetteredOrReported(t *testing.T) {
+	t.Parallel()
+	for _, withDeadLetter := range []bool{true, false} {
+		name := "without a dead-letter subject"
+		if withDeadLetter {
+			name = "with a dead-letter subject"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			// A limits stream: a copy published to the subject would reach
+			// every consumer of the stream.
+			_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+			require.NoError(t, err)
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
+				Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 1,
+			})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), "logs.1", []byte("x"))
+			require.NoError(t, err)
+
+			var hook hookLog
+			opts := []natsjs.Option{natsjs.WithGracePeriod(0), natsjs.WithSettleTimeout(time.Second), hook.option()}
+			if withDeadLetter {
+				opts = append(opts, natsjs.WithDeadLetter(js, "dead.logs"))
+			}
+			started := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() {
+				ran <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+					close(started)
+					<-ctx.Done()
+					return ctx.Err()
+				}, opts...)
+			}()
+			<-started
+			cancel()
+			err = <-ran
+			if withDeadLetter {
+				require.NoError(t, err)
+				assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"))
+				dead, err := js.Stream(context.Background(), "DEAD")
+				require.NoError(t, err)
+				raw, err := dead.GetMsg(context.Background(), 1)
+				require.NoError(t, err)
+				assert.Equal(t, "natsjs: the stop came on its last delivery", raw.Header.Get("Natsjs-Error"))
+				return
+			}
+			require.ErrorIs(t, err, natsjs.ErrNotConfirmed)
+			var me *natsjs.MessageError
+			for _, e := range hook.all() {
+				errors.As(e, &me)
+			}
+			require.NotNil(t, me, "the error handler was not told")
+			assert.Equal(t, "republish", me.Op)
+			assert.Equal(t, uint64(1), me.Sequence)
+		})
+	}
+}
+
+func TestAHandlerThatPanicsOrCallsGoexitDuringTheGracePeriodFailsAndRunStops(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"panic", "goexit"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 0)
+			publishJobs(t, js, 1)
+
+			var panics atomic.Int32
+			p := newPool(t, 1, workerpool.WithPanicHandler(func(*workerpool.PanicError) { panics.Add(1) }))
+			started := make(chan struct{})
+			fail := make(chan struct{})
+			var hook hookLog
+			stop := consuming(t, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				md, err := msg.Metadata()
+				require.NoError(t, err)
+				if md.NumDelivered > 1 {
+					return nil
+				}
+				close(started)
+				<-fail
+				if kind == "panic" {
+					panic("in the grace period")
+				}
+				runtime.Goexit()
+				return nil
+			}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
+			<-started
+			stopped := make(chan error, 1)
+			go func() { stopped <- stop() }()
+			close(fail)
+			require.NoError(t, <-stopped)
+			hes := hook.handlerErrors()
+			require.Len(t, hes, 1)
+			assert.False(t, hes[0].Stopped, "a failure within the grace period is the handler's own")
+			if kind == "panic" {
+				eventually(t, func() bool { return panics.Load() == 1 }, "the panic did not reach the pool")
+			}
+			// Handed back with its backoff (0): another Run handles it.
+			ta := newTally()
+			stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				return nil
+			})
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the failed message was not handed back")
+			require.NoError(t, stopB())
+			requireEachOnce(t, ta, 1)
+		})
+	}
 }
