@@ -497,3 +497,61 @@ func TestAPanickingErrorHandlerDoesNotStopRun(t *testing.T) {
 	require.NoError(t, stop())
 	requireEachOnce(t, ta, 20)
 }
+
+func TestTheErrorHandlerIsToldOfADeadLetterThatCannotBePublished(t *testing.T) {
+	t.Parallel() // waits on the clock, not the CPU
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 1)
+	publishJobs(t, js, 1)
+
+	got := make(chan error, 10)
+	// No stream captures nowhere.dead: the copy cannot be stored.
+	stop := consuming(t, newPool(t, 1), js, cons, func(context.Context, jetstream.Msg) error {
+		return errors.New("boom")
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) { got <- err }),
+		natsjs.WithSettleTimeout(300*time.Millisecond))
+
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(waitFor):
+		t.Fatal("the error handler was not told")
+	}
+	require.NoError(t, stop())
+	var me *natsjs.MessageError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, "dead-letter", me.Op)
+	assert.Equal(t, "JOBS", me.Stream)
+	assert.Equal(t, uint64(1), me.Sequence)
+	assert.Contains(t, err.Error(), "JOBS/1")
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "JOBS"), "the message was lost")
+}
+
+func TestAHandlerMaySettleItsMessageItself(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 3)
+
+	ta := newTally()
+	stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), js, cons,
+		func(ctx context.Context, msg jetstream.Msg) error {
+			ta.add(msg)
+			switch string(msg.Data()) {
+			case "0":
+				return msg.Term()
+			case "1":
+				// Acked, then failed: the ack stands.
+				require.NoError(t, msg.DoubleAck(ctx))
+				return fmt.Errorf("failed after acking")
+			default:
+				require.NoError(t, msg.Ack())
+				panic("panicked after acking")
+			}
+		}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
+	require.NoError(t, stop())
+	requireEachOnce(t, ta, 3)
+}

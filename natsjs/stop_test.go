@@ -311,43 +311,6 @@ func requireTookNothing(t *testing.T, cons jetstream.Consumer, n int) {
 	eventually(t, func() bool { return consumerInfo(t, cons).NumPending == uint64(n) }, "messages not pending")
 }
 
-func TestADeletedConsumerEndsRunWithAnError(t *testing.T) {
-	t.Parallel()
-	s := startServer(t)
-	_, js := connect(t, s)
-	cons := workQueue(t, js, 30*time.Second, 0)
-	publishJobs(t, js, 2)
-
-	started := make(chan struct{}, 2)
-	var handlerCtxDone atomic.Bool
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	consumed := make(chan error, 1)
-	go func() {
-		// One worker: the second job waits for it; a pull for a third
-		// is outstanding.
-		consumed <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
-			started <- struct{}{}
-			<-ctx.Done()
-			handlerCtxDone.Store(true)
-			return nil
-		}, natsjs.WithAhead(2))
-	}()
-	<-started
-	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
-	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
-	select {
-	case err := <-consumed:
-		require.Error(t, err)
-		assert.True(t, errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
-		assert.Contains(t, err.Error(), "natsjs: ")
-	case <-time.After(waitFor):
-		t.Fatal("Run went on after its consumer was deleted")
-	}
-	assert.True(t, handlerCtxDone.Load())
-	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
-}
-
 func TestNoHandlerStartsOnceRunsContextIsDone(t *testing.T) {
 	t.Parallel()
 	const jobs = 10

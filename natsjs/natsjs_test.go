@@ -176,31 +176,3 @@ func TestDefaultBackoffIsBetweenHalfAndAllOfADoublingDelayUpToAMinute(t *testing
 	d := natsjs.DefaultBackoff(1 << 62)
 	assert.True(t, d >= 30*time.Second && d <= time.Minute, "%v", d)
 }
-
-func TestAHandlerMaySettleItsMessageItself(t *testing.T) {
-	t.Parallel()
-	s := startServer(t)
-	_, js := connect(t, s)
-	cons := workQueue(t, js, 30*time.Second, 0)
-	publishJobs(t, js, 3)
-
-	ta := newTally()
-	stop := consuming(t, newPool(t, 2, workerpool.WithPanicHandler(func(*workerpool.PanicError) {})), js, cons,
-		func(ctx context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			switch string(msg.Data()) {
-			case "0":
-				return msg.Term()
-			case "1":
-				// Acked, then failed: the ack stands.
-				require.NoError(t, msg.DoubleAck(ctx))
-				return fmt.Errorf("failed after acking")
-			default:
-				require.NoError(t, msg.Ack())
-				panic("panicked after acking")
-			}
-		}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
-	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "self-settled messages left in the stream")
-	require.NoError(t, stop())
-	requireEachOnce(t, ta, 3)
-}
