@@ -36,8 +36,9 @@ var (
 // could not be sent, a settling the server did not confirm, or a copy that
 // could not be published (a dead letter, or a re-publication at a stop).
 type MessageError struct {
-	// Op is what failed: "ack", "confirm", "nak", "term", "progress",
-	// "dead-letter" or "republish".
+	// Op is what failed: "ack", "nak", "term", "progress", "dead-letter"
+	// or "republish". A settling the server did not confirm has the
+	// settling's Op, and Err wraps ErrNotConfirmed.
 	Op string
 	// Stream and Sequence name the message: its stream and its sequence
 	// in that stream.

@@ -29,36 +29,41 @@
 //
 // Run pulls on one subscription of js's connection for the whole run. It
 // holds, beyond the messages its handlers run, what its workers will run
-// within a few pull round trips: as many messages as the runners get
-// through in that time, at most 500, and none for a worker the pool does
-// not give it. So a fast job has hundreds of messages ready, a job of a
-// minute has none waiting, and a pool busy with other work holds nothing
-// it cannot start: Run asks the pool for a worker (a task that does
-// nothing but start) before it asks the server for a message to run on
-// it. [WithMaxInFlight] adds an upper bound.
+// within the horizon, a few pull round trips (at least 5ms): as many
+// messages as the handlers get through in that time, at most 500, and
+// none until a handler has finished. So fast jobs have hundreds of
+// messages ready, jobs that take longer than the horizon have none
+// waiting, and a pool busy with other work holds nothing it cannot start:
+// Run asks the pool for a worker (a task that only checks in) before it
+// asks the server for a message to run on it. [WithMaxInFlight] adds an
+// upper bound.
 //
-// Run's tasks on the pool are runners: each runs the messages waiting,
-// one after another, for a few milliseconds, then gives its worker back to
-// the pool, so that the pool's other work gets its turn. Every message
-// Run holds, waiting or running, gets a progress message (InProgress)
-// every [WithProgressInterval], so that the server redelivers none of
-// them while the process has it, however long that is.
+// Run's tasks on the pool are runners, not messages: a runner runs the
+// waiting messages one after another, and waits for the next one for up
+// to the horizon while messages arrive, then gives its worker back. After
+// a horizon of work it gives its worker back to the pool's other waiting
+// tasks, if there are any (on a sub-pool, always), and goes to the back of
+// the queue. So a pool's [workerpool.Status] counts runners, not messages.
+// Every message Run holds, waiting or running, gets a progress message
+// (InProgress) every [WithProgressInterval], so that the server
+// redelivers none of them while the process has it, however long that is.
 //
 // # Stopping
 //
 // When ctx is done, Run takes no more messages and starts no handler. As
 // soon as the pulls it sent end, within about a quarter of a second, it
 // hands back (Nak) every message that waited, so that another process
-// gets it without waiting for AckWait; a message on its last delivery,
-// which a Nak would strand, is re-published to its own subject instead.
-// The running handlers keep their ctx for a grace period
-// ([WithGracePeriod], by default [DefaultGracePeriod]); then it is
-// cancelled. A handler that fails once its ctx is cancelled failed because
-// of the stop: the failure is not counted as an attempt, and its message
-// is handed back at once. Run waits for every handler to return, asks the
-// server to confirm everything the stop settled, and returns nil, or an
-// error wrapping [ErrNotConfirmed] if the server did not confirm some of
-// it (the error handler is told which). It does not stop the pool.
+// gets it without waiting for AckWait. A message on its last delivery,
+// which a Nak would strand, is instead re-published to its own subject
+// (in a work-queue stream; see [Run]). The running handlers keep their ctx
+// for a grace period ([WithGracePeriod], by default [DefaultGracePeriod]);
+// then it is cancelled. A handler that fails once its ctx is cancelled
+// failed because of the stop: the failure is not counted as an attempt,
+// and its message is handed back at once. Run waits for every handler to
+// return, asks the server to confirm everything the stop settled, and
+// returns nil, or an error wrapping [ErrNotConfirmed] if the server did
+// not confirm some of it (the error handler is told which). It does not
+// stop the pool.
 package natsjs
 
 import (
@@ -90,7 +95,21 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // [*workerpool.Subpool], until ctx is done, then stops softly (see the
 // package doc) and returns. It does not stop s. js is the JetStream
 // context cons came from: Run pulls on its connection (a
-// jetstream.Consumer does not give it).
+// jetstream.Consumer does not give it), and re-publishes with it.
+//
+// At a stop, a message on its last delivery (the consumer's MaxDeliver)
+// that Run must hand back, because its handler did not start or failed
+// because of the stop, is not Nak'd: the server would never deliver it
+// again. In a work-queue stream, Run publishes a copy to the message's
+// own subject, which the stream stores as a new message with every
+// delivery ahead of it, then terminates the message. The copy keeps the
+// payload and headers, with the Nats-* headers renamed Natsjs-Original-*
+// (the first original's, for a copy of a copy), and has Nats-Msg-Id
+// "natsjs-republish:<stream>:<sequence>:<timestamp>", so that the stream
+// stores one copy if Run publishes it twice, and Natsjs-Republished-From,
+// the original's sequence. In another stream, where a copy would reach
+// every consumer, Run dead-letters the message (see [WithDeadLetter]), or,
+// without a dead-letter subject, leaves it and says so ([ErrNotConfirmed]).
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
