@@ -108,12 +108,14 @@ const (
 	// as jetstream's default API timeout does for its own messages.
 	apiTimeout = 5 * time.Second
 	// minHorizon and horizonRTTs give the horizon: how long the messages
-	// waiting for the runners should last them, and a runner's turn. A few
-	// round trips, so that a pull that is due comes back before the
-	// runners run out, on a machine whose scheduler delays the puller and
-	// the client's goroutines too; at least minHorizon, which is what a
-	// loopback round trip costs on a loaded machine.
-	minHorizon  = 5 * time.Millisecond
+	// waiting for the runners should last them, a runner's turn, and how
+	// long it lingers for the next message. A few round trips, so that a
+	// pull that is due comes back before the runners run out, on a machine
+	// whose scheduler delays the client's goroutines and the server's
+	// too; and at least minHorizon: below it, pulls are small, and each
+	// costs the server and the client more than its messages do (with
+	// 1ms jobs, 2ms ran the runners dry, 5ms left pulls of about 12).
+	minHorizon  = 10 * time.Millisecond
 	horizonRTTs = 4
 )
 
