@@ -199,8 +199,10 @@ func (f *flow) target() int { return min(maxAhead, f.perRunner()*f.active) }
 
 // want returns how many messages a pull should ask for now, reusing up to
 // reusable acked slots: 0 while enough is waiting or owed, or while no
-// slot is free. While some is waiting or owed and no credit calls, it
-// waits until half the target is missing, so that pulls are fewer and
+// slot is free. Enough is the target, or a message for each credit, as
+// long as the pool has a worker for it beside the running handlers,
+// whichever is more. While some is waiting or owed and no credit calls,
+// it waits until half the target is missing, so that pulls are fewer and
 // larger. Call with mu held.
 func (f *flow) want(reusable int) int {
 	if f.stopping {
@@ -208,8 +210,9 @@ func (f *flow) want(reusable int) int {
 	}
 	supply := f.queued() + f.owed
 	target := f.target()
-	n := target + f.credits - supply
-	if n <= 0 || supply > 0 && f.credits == 0 && n < (target+1)/2 {
+	free := min(f.credits, max(f.size-f.running, 0))
+	n := max(target, free) - supply
+	if n <= 0 || supply > 0 && free == 0 && n < (target+1)/2 {
 		return 0
 	}
 	return max(min(n, f.maxBatch, f.bound-f.used()+reusable), 0)
@@ -380,6 +383,7 @@ func (f *flow) start(rn *runner) bool {
 	}
 	f.active++
 	f.runners[rn] = struct{}{}
+	f.signalIfDueLocked()
 	return true
 }
 
@@ -426,7 +430,17 @@ func (f *flow) next(rn *runner, yield bool, now int64) (m *message, linger bool)
 	}
 	f.running++
 	rn.cur = m
+	f.signalIfDueLocked()
 	return m, false
+}
+
+// signalIfDueLocked wakes the puller if a plain pull is due: a runner took
+// a message and may run it long, with no ack to carry the pull. Call with
+// mu held.
+func (f *flow) signalIfDueLocked() {
+	if f.want(0) > 0 {
+		f.signal()
+	}
 }
 
 // leaveLocked records that rn gives its worker back. Call with mu held.

@@ -112,22 +112,19 @@ func TestNeverMoreThanMaxInFlightMessagesAreHeld(t *testing.T) {
 
 func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T) {
 	t.Parallel()
-	const ackWait = 2 * time.Second // progress every 667ms: slack for a loaded machine
-	// One worker; each job runs for 1.5 AckWaits. In the pool's unbounded
-	// queue, the second job waits for more than AckWait and the third for
-	// more than twice. Behind a queue bounded at one, the third waits in
-	// Run for more than AckWait while the feeder waits for room or
-	// retries; when the caller runs, the feeder runs the third job itself
-	// and the fourth waits in Run meanwhile.
+	const ackWait, jobs = 2 * time.Second, 3
+	// One worker; each job runs for 1.5 AckWaits: the second waits in
+	// Run's queue for more than AckWait, the third for more than twice.
+	// A pool whose queue is bounded holds Run's runners, not its
+	// messages: whatever its overflow policy, they wait in Run's queue.
 	cases := []struct {
 		name string
-		jobs int
 		opts []workerpool.Option
 	}{
-		{"unbounded queue", 3, nil},
-		{"bounded queue that blocks", 3, []workerpool.Option{workerpool.WithMaxWaiting(1)}},
-		{"bounded queue that rejects", 3, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
-		{"bounded queue whose caller runs", 4, []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
+		{"unbounded queue", nil},
+		{"bounded queue that blocks", []workerpool.Option{workerpool.WithMaxWaiting(1)}},
+		{"bounded queue that rejects", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject)}},
+		{"bounded queue whose caller runs", []workerpool.Option{workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,18 +132,22 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 			s := startServer(t)
 			_, js := connect(t, s)
 			cons := workQueue(t, js, ackWait, 0)
-			publishJobs(t, js, tc.jobs)
+			publishJobs(t, js, jobs)
 
 			ta := newTally()
+			// Progress every 250ms rather than the default 667ms, so that
+			// a loaded machine that starves the process for a second does
+			// not have a held message redelivered: what is tested is that
+			// waiting and running messages get progress at all.
 			stop := consuming(t, newPool(t, 1, tc.opts...), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 				ta.add(msg)
 				time.Sleep(ackWait * 3 / 2)
 				return nil
-			}, natsjs.WithAhead(tc.jobs))
+			}, natsjs.WithAhead(jobs), natsjs.WithProgressInterval(250*time.Millisecond))
 
 			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs not all acked")
 			require.NoError(t, stop())
-			requireEachOnce(t, ta, tc.jobs)
+			requireEachOnce(t, ta, jobs)
 			assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
 		})
 	}
@@ -222,8 +223,8 @@ func TestARunWhoseHandlersAreLongHoldsOnlyWhatTheyRun(t *testing.T) {
 		<-release
 		return nil
 	})
-	<-startedA
-	<-startedA
+	recv(t, startedA, "A's first handler")
+	recv(t, startedA, "A's second handler")
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free)
@@ -367,7 +368,7 @@ func TestAProgressMessageNeverUndoesTheDelayOfANak(t *testing.T) {
 		natsjs.WithBackoff(func(uint64) time.Duration { return 200 * time.Millisecond }))
 
 	// Far below AckWait: only the Naks' delays can bring them all back.
-	require.Eventually(t, func() bool { return ta.distinct() == jobs }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return ta.distinct() == jobs }, 20*time.Second, 5*time.Millisecond,
 		"a failed message came back after AckWait, not its backoff")
 	require.NoError(t, stop())
 	requireEachOnce(t, ta, jobs)

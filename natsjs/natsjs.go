@@ -222,7 +222,7 @@ func isNil(v any) bool {
 // whose pulls would never be answered. It reads the stream's retention,
 // and times the round trips, the first measure of a pull's.
 func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.settleTimeout)
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	fresh, err := r.cons.Info(ctx)
 	if err != nil {

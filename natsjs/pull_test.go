@@ -101,7 +101,7 @@ func TestAConsumerDeletedWhileEverySlotIsHeldEndsRun(t *testing.T) {
 			return nil
 		}, natsjs.WithMaxInFlight(2), natsjs.WithAhead(1))
 	}()
-	<-started
+	recv(t, started, "the handler")
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
 	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
 	select {
@@ -136,7 +136,7 @@ func TestADeletedConsumerEndsRunWithAnError(t *testing.T) {
 			return nil
 		}, natsjs.WithAhead(2))
 	}()
-	<-started
+	recv(t, started, "the handler")
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "did not take both jobs")
 	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
 	select {

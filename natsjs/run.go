@@ -285,8 +285,8 @@ func (r *run) setParams() {
 }
 
 // watch sends progress for every held message each progress interval,
-// reads the consumer again, and polls (see poll) every poolPoll, until exit
-// is closed.
+// reads the consumer again (at most once a second), and polls (see poll)
+// every poolPoll, until exit is closed.
 func (r *run) watch(exit <-chan struct{}) {
 	every := time.Duration(r.progressEvery.Load())
 	progress := time.NewTicker(every)
@@ -294,6 +294,7 @@ func (r *run) watch(exit <-chan struct{}) {
 	poll := time.NewTicker(poolPoll)
 	defer poll.Stop()
 	var msgs []*message // reused between ticks
+	var lastRead time.Time
 	for {
 		select {
 		case <-progress.C:
@@ -308,7 +309,12 @@ func (r *run) watch(exit <-chan struct{}) {
 				}
 			}
 			clear(msgs)
-			r.checkConsumer()
+			// Read the consumer again, but not more than once a second:
+			// a short progress interval would flood the server.
+			if now := time.Now(); now.Sub(lastRead) >= time.Second {
+				lastRead = now
+				r.checkConsumer()
+			}
 			if d := time.Duration(r.progressEvery.Load()); d != every && d > 0 {
 				every = d
 				progress.Reset(every)

@@ -16,7 +16,7 @@ import (
 
 func TestARunnerYieldsItsWorkerToTheRestOfThePoolAfterItsTurn(t *testing.T) {
 	t.Parallel()
-	const jobs = 1000 // a second of work on one worker
+	const jobs = 500 // half a second of work on one worker
 	cases := []struct {
 		name string
 		// run returns where Run submits, and where the other task goes.

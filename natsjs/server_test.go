@@ -103,17 +103,22 @@ func workQueue(t testing.TB, js jetstream.JetStream, ackWait time.Duration, maxD
 }
 
 // publishJobs publishes n jobs on jobs.<i>, with payload and Nats-Msg-Id
-// the job's number.
+// the job's number, and waits until the stream has stored them all.
 func publishJobs(t testing.TB, js jetstream.JetStream, n int) {
 	t.Helper()
 	for i := range n {
 		id := strconv.Itoa(i)
-		_, err := js.PublishMsg(context.Background(), &nats.Msg{
+		_, err := js.PublishMsgAsync(&nats.Msg{
 			Subject: "jobs." + id,
 			Data:    []byte(id),
 			Header:  nats.Header{"Nats-Msg-Id": []string{id}},
 		})
 		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(waitFor):
+		t.Fatal("publishing timed out")
 	}
 }
 
@@ -144,6 +149,20 @@ func consumerInfo(t testing.TB, cons jetstream.Consumer) *jetstream.ConsumerInfo
 	info, err := cons.Info(context.Background())
 	require.NoError(t, err)
 	return info
+}
+
+// recv returns what ch delivers, or fails the test if it delivers nothing
+// within waitFor: a Run that returned early, or a handler that never
+// started, fails the test instead of hanging it.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("%s: nothing within %v", what, waitFor)
+		panic("unreachable")
+	}
 }
 
 // eventually fails the test unless cond holds within waitFor.

@@ -18,9 +18,9 @@ import (
 )
 
 // soon bounds how long a handed-back message may take to reach another
-// process: far below the 30s AckWait these tests use, so that only a
-// hand-back can be that quick, and far above any scheduling delay.
-const soon = 10 * time.Second
+// process: half the 30s AckWait these tests use, so that only a hand-back
+// can be that quick, and far above any scheduling delay.
+const soon = 15 * time.Second
 
 // The grace period cannot be tested in a testing/synctest bubble: Run's
 // goroutines wait on the client's, which wait on the embedded server's
@@ -49,7 +49,7 @@ func TestAStopHandsQueuedMessagesBackAtOnceWhileRunningHandlersFinish(t *testing
 		ta.add(msg)
 		return nil
 	}, natsjs.WithAhead(jobs-1))
-	first := <-startedA
+	first := recv(t, startedA, "A's handler")
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "A did not take every job")
 
 	stoppedA := make(chan error, 1)
@@ -73,7 +73,7 @@ func TestAStopHandsQueuedMessagesBackAtOnceWhileRunningHandlersFinish(t *testing
 	}
 
 	close(release)
-	require.NoError(t, <-stoppedA)
+	require.NoError(t, recv(t, stoppedA, "A's Run"))
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "A's last job not acked")
 	require.NoError(t, stopB())
@@ -97,12 +97,12 @@ func TestRunningHandlersKeepTheirCtxForTheGracePeriodThenLoseIt(t *testing.T) {
 		cancelled <- time.Since(time.Unix(0, stopped.Load()))
 		return nil // finished despite the stop: acked
 	}, natsjs.WithGracePeriod(grace))
-	<-started
-	<-started
+	recv(t, started, "a handler")
+	recv(t, started, "a handler")
 	stopped.Store(time.Now().UnixNano())
 	require.NoError(t, stop())
 	for range 2 {
-		d := <-cancelled
+		d := recv(t, cancelled, "a handler's ctx")
 		assert.GreaterOrEqual(t, d, grace, "a handler lost its ctx before the grace period ended")
 		assert.Less(t, d, grace+soon, "a handler kept its ctx long after the grace period")
 	}
@@ -125,7 +125,7 @@ func TestAHandlerFinishedWithinTheGracePeriodIsAckedAndRunReturnsAtOnce(t *testi
 		lostCtx.Store(ctx.Err() != nil)
 		return nil
 	}, natsjs.WithGracePeriod(time.Hour))
-	<-started
+	recv(t, started, "the handler")
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	close(finish)
@@ -156,7 +156,7 @@ func TestAHandlerThatIgnoresItsCtxPastTheGracePeriodIsWaitedForAndAcked(t *testi
 		<-release // ignores it
 		return nil
 	}, natsjs.WithGracePeriod(50*time.Millisecond))
-	<-started
+	recv(t, started, "the handler")
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	<-lostCtx
@@ -166,7 +166,7 @@ func TestAHandlerThatIgnoresItsCtxPastTheGracePeriodIsWaitedForAndAcked(t *testi
 	default:
 	}
 	close(release)
-	require.NoError(t, <-stopped)
+	require.NoError(t, recv(t, stopped, "Run"))
 	assert.Zero(t, streamMsgs(t, js, "JOBS"), "the job its handler finished was not acked")
 }
 
@@ -185,7 +185,7 @@ func TestAHandlerThatFailsBecauseOfTheStopHandsItsMessageBackAtOnceAndItIsNoFina
 		return ctx.Err()
 	}, natsjs.WithGracePeriod(0), natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }),
 		natsjs.WithErrorHandler(func(err error) { told <- err }))
-	<-started
+	recv(t, started, "the handler")
 	require.NoError(t, stopA())
 	var he *natsjs.HandlerError
 	require.ErrorAs(t, <-told, &he)
@@ -235,7 +235,7 @@ func TestAPoolStoppedUnderRunEndsItWithErrStoppedAndHandsBackItsMessages(t *test
 			return nil
 		}, natsjs.WithAhead(jobs-1))
 	}()
-	first := <-started
+	first := recv(t, started, "the handler")
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
 
 	dropped := make(chan []func(), 1)
@@ -385,7 +385,7 @@ func TestAStopNeverStrandsAMessageOnItsLastDelivery(t *testing.T) {
 	}()
 	// Every job was delivered twice, and A holds all four: one runs, three
 	// wait for the worker, all on their last delivery.
-	<-onLast
+	recv(t, onLast, "a handler on its last delivery")
 	if !assert.Eventually(t, func() bool {
 		info := consumerInfo(t, cons)
 		return info.Delivered.Consumer == 2*jobs && info.NumAckPending == jobs
@@ -427,7 +427,7 @@ func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jet
 	s := startServerAt(t, -1, dir)
 	port = s.Addr().(*net.TCPAddr).Port
 	_, js = connect(t, s)
-	cons := workQueue(t, js, 20*time.Second, 0)
+	cons := workQueue(t, js, time.Minute, 0)
 	publishJobs(t, js, jobs)
 
 	var mu sync.Mutex
@@ -450,7 +450,7 @@ func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jet
 			natsjs.WithSettleTimeout(settle),
 			natsjs.WithErrorHandler(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
 	}()
-	<-started
+	recv(t, started, "the handler")
 	// It pulls again once half of what it should have queued is missing:
 	// it holds between half and all of its bound.
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending >= held/2 }, "Run holds few messages")
@@ -505,8 +505,9 @@ func TestAStopDuringAnOutageThatEndsInTimeHandsEverythingBack(t *testing.T) {
 		ta.add(msg)
 		return nil
 	})
-	// AckWait is 20s: only hand-backs bring the held messages back sooner.
-	if !assert.Eventually(t, func() bool { return streamEmpty(js, "JOBS") }, soon, 5*time.Millisecond) {
+	// AckWait is a minute: only hand-backs bring the held messages back
+	// within waitFor.
+	if !assert.Eventually(t, func() bool { return streamEmpty(js, "JOBS") }, waitFor, 5*time.Millisecond) {
 		info, _ := cons.Info(context.Background())
 		t.Fatalf("messages left %v after the restart: %+v", time.Since(restarted), info)
 	}
@@ -598,9 +599,13 @@ func TestALastDeliveryTheStopCannotHandBackOutsideAWorkQueueIsDeadLetteredOrRepo
 					return ctx.Err()
 				}, opts...)
 			}()
-			<-started
+			select {
+			case <-started:
+			case err := <-ran:
+				t.Fatalf("Run returned before its handler started: %v", err)
+			}
 			cancel()
-			err = <-ran
+			err = recv(t, ran, "Run")
 			if withDeadLetter {
 				require.NoError(t, err)
 				assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"))
@@ -652,11 +657,11 @@ func TestAHandlerThatPanicsOrCallsGoexitDuringTheGracePeriodFailsAndRunStops(t *
 				runtime.Goexit()
 				return nil
 			}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
-			<-started
+			recv(t, started, "the handler")
 			stopped := make(chan error, 1)
 			go func() { stopped <- stop() }()
 			close(fail)
-			require.NoError(t, <-stopped)
+			require.NoError(t, recv(t, stopped, "Run"))
 			hes := hook.handlerErrors()
 			require.Len(t, hes, 1)
 			assert.False(t, hes[0].Stopped, "a failure within the grace period is the handler's own")
