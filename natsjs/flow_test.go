@@ -388,10 +388,10 @@ func TestAMessageHeldLongerThanTheConsumersBackOffIsNotRedelivered(t *testing.T)
 	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
 	// BackOff replaces AckWait: the server takes its first value as the
 	// AckWait, and redelivers an unacked second delivery after the second,
-	// 600ms. v1 sent progress every AckWait/3 = 1s.
+	// 1.5s. v1 sent progress every AckWait/3 = 2s.
 	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
 		Durable: "backoff", AckPolicy: jetstream.AckExplicitPolicy,
-		MaxDeliver: 4, BackOff: []time.Duration{3 * time.Second, 600 * time.Millisecond, 600 * time.Millisecond},
+		MaxDeliver: 4, BackOff: []time.Duration{6 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond},
 	})
 	require.NoError(t, err)
 	publishJobs(t, js, 1)
@@ -407,9 +407,10 @@ func TestAMessageHeldLongerThanTheConsumersBackOffIsNotRedelivered(t *testing.T)
 		if md.NumDelivered == 1 {
 			return errors.New("first delivery fails")
 		}
-		// The second delivery, whose redelivery delay is 600ms, runs for
-		// 2s: the default progress interval must be below 600ms.
-		time.Sleep(2 * time.Second)
+		// The second delivery, whose redelivery delay is 1.5s, runs for
+		// 4s: the default progress interval must be below 1.5s (it is
+		// 500ms, which leaves a loaded machine a second of slack).
+		time.Sleep(4 * time.Second)
 		return nil
 	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }))
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -416,39 +416,42 @@ func TestAStopNeverStrandsAMessageOnItsLastDelivery(t *testing.T) {
 	requireEachOnce(t, ta, jobs)
 }
 
-// outageRun runs one worker on 100ms jobs, holding 8 of them, then shuts
-// the server down and cancels Run. It returns the server's port and store,
-// Run's result (a channel: Run may still be stopping), and what the error
-// handler was told.
-func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jetstream.JetStream, ran <-chan error, told func() []error) {
+// An outage is a run of outageRun: one worker on 100ms jobs, holding 8 of
+// them, when the server shuts down and Run's ctx is cancelled.
+type outage struct {
+	port     int
+	dir      string
+	js       jetstream.JetStream
+	ran      <-chan error // Run's result: Run may still be stopping
+	hook     *hookLog
+	finished *tally // the jobs whose handler returned nil
+}
+
+// outageRun starts Run, then shuts the server down and cancels Run's ctx.
+// Run waits up to settle for the server to confirm what its stop settled.
+func outageRun(t *testing.T, settle time.Duration) outage {
 	t.Helper()
 	const jobs, held = 20, 8
-	dir = t.TempDir()
-	s := startServerAt(t, -1, dir)
-	port = s.Addr().(*net.TCPAddr).Port
-	_, js = connect(t, s)
-	cons := workQueue(t, js, time.Minute, 0)
-	publishJobs(t, js, jobs)
+	o := outage{dir: t.TempDir(), hook: &hookLog{}, finished: newTally()}
+	s := startServerAt(t, -1, o.dir)
+	o.port = s.Addr().(*net.TCPAddr).Port
+	_, o.js = connect(t, s)
+	cons := workQueue(t, o.js, time.Minute, 0)
+	publishJobs(t, o.js, jobs)
 
-	var mu sync.Mutex
-	var errs []error
-	told = func() []error {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]error(nil), errs...)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	done := make(chan error, 1)
+	ran := make(chan error, 1)
+	o.ran = ran
 	started := make(chan struct{}, jobs)
 	go func() {
-		done <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ran <- natsjs.Run(ctx, newPool(t, 1), o.js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 			started <- struct{}{}
 			time.Sleep(100 * time.Millisecond)
+			o.finished.add(msg)
 			return nil
 		}, natsjs.WithMaxInFlight(held), natsjs.WithAhead(held-1), natsjs.WithGracePeriod(0),
-			natsjs.WithSettleTimeout(settle),
-			natsjs.WithErrorHandler(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
+			natsjs.WithSettleTimeout(settle), o.hook.option())
 	}()
 	recv(t, started, "the handler")
 	// It pulls again once half of what it should have queued is missing:
@@ -457,7 +460,7 @@ func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jet
 	s.Shutdown()
 	s.WaitForShutdown()
 	cancel()
-	return port, dir, js, done, told
+	return o
 }
 
 // Issue 24's third failure: a stop during a server outage lost its
@@ -465,16 +468,11 @@ func outageRun(t *testing.T, settle time.Duration) (port int, dir string, js jet
 // AckWait. A stop whose hand-backs cannot reach the server says so.
 func TestAStopDuringAnOutageThatOutlastsItSaysSo(t *testing.T) {
 	t.Parallel()
-	_, _, _, ran, told := outageRun(t, time.Second)
-	var err error
-	select {
-	case err = <-ran:
-	case <-time.After(waitFor):
-		t.Fatal("Run did not return")
-	}
+	o := outageRun(t, time.Second)
+	err := recv(t, o.ran, "Run")
 	require.ErrorIs(t, err, natsjs.ErrNotConfirmed, "Run said nothing of the hand-backs it could not send")
 	var seqs []uint64
-	for _, e := range told() {
+	for _, e := range o.hook.all() {
 		var me *natsjs.MessageError
 		if errors.As(e, &me) && errors.Is(e, natsjs.ErrNotConfirmed) {
 			seqs = append(seqs, me.Sequence)
@@ -486,30 +484,38 @@ func TestAStopDuringAnOutageThatOutlastsItSaysSo(t *testing.T) {
 // Issue 24's third failure, the other way round: an outage that ends
 // while Run is still stopping loses none of the stop's hand-backs; they
 // reach the server when the client reconnects, and another process gets
-// the messages at once, not after AckWait.
+// the messages at once, not after AckWait. (The acks of jobs finished as
+// the connection died may be lost with it: those jobs come back after
+// AckWait, as at-least-once allows; this test does not wait for them.)
 func TestAStopDuringAnOutageThatEndsInTimeHandsEverythingBack(t *testing.T) {
 	t.Parallel()
-	port, dir, js, ran, _ := outageRun(t, 10*time.Second)
-	startServerAt(t, port, dir)
-	select {
-	case err := <-ran:
-		require.NoError(t, err)
-	case <-time.After(waitFor):
-		t.Fatal("Run did not return")
-	}
+	const jobs = 20
+	o := outageRun(t, 10*time.Second)
+	startServerAt(t, o.port, o.dir)
+	require.NoError(t, recv(t, o.ran, "Run"))
 	restarted := time.Now()
-	cons, err := js.Consumer(context.Background(), "JOBS", "workers")
+	cons, err := o.js.Consumer(context.Background(), "JOBS", "workers")
 	require.NoError(t, err)
-	ta := newTally()
-	stopB := consuming(t, newPool(t, 8), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
-		ta.add(msg)
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 8), o.js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
 		return nil
 	})
-	// AckWait is a minute: only hand-backs bring the held messages back
-	// within waitFor.
-	if !assert.Eventually(t, func() bool { return streamEmpty(js, "JOBS") }, waitFor, 5*time.Millisecond) {
+	// AckWait is a minute: only hand-backs bring the jobs A did not
+	// finish back within waitFor.
+	unfinished := func() []string {
+		var left []string
+		doneA, doneB := o.finished.snapshot(), tb.snapshot()
+		for i := range jobs {
+			if job := strconv.Itoa(i); doneA[job] == 0 && doneB[job] == 0 {
+				left = append(left, job)
+			}
+		}
+		return left
+	}
+	if !assert.Eventually(t, func() bool { return len(unfinished()) == 0 }, waitFor, 5*time.Millisecond) {
 		info, _ := cons.Info(context.Background())
-		t.Fatalf("messages left %v after the restart: %+v", time.Since(restarted), info)
+		t.Fatalf("jobs %v not back %v after the restart: %+v", unfinished(), time.Since(restarted), info)
 	}
 	require.NoError(t, stopB())
 }
