@@ -85,7 +85,7 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 	eventually(t, func() bool { return nc.IsConnected() }, "did not reconnect")
 	log.add("reconnected")
 
-	// Failed once in about 70 runs of the package, on the Fetch path,
+	// Failed once in about 70 runs of v2's package, on its Fetch path,
 	// unexplained: if it fails again, say what Run saw.
 	if !assert.Eventually(t, func() bool { return streamEmpty(js, "JOBS") }, waitFor, 5*time.Millisecond, "jobs left after the restart") {
 		info, err := cons.Info(context.Background())
@@ -98,7 +98,7 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 	// A restart is a server that may lose acks it had read: the README
 	// ("Acks, their confirmation, and how many duplicates") bounds the
 	// duplicates by what the process held plus up to WithMaxInFlight
-	// more. (9 of 8 once, in a -count=10 run on the WithJetStream path.)
+	// more. (9 of 8 once, in a -count=10 run of v2 with WithJetStream.)
 	requireAtLeastOnce(t, ta, jobs, 2*inFlight)
 }
 

@@ -29,7 +29,7 @@
 //
 // Run pulls on one subscription of js's connection for the whole run. It
 // holds, beyond the messages its handlers run, what its workers will run
-// within the horizon, a few pull round trips (at least 5ms): as many
+// within the horizon, a few pull round trips (at least 10ms): as many
 // messages as the handlers get through in that time, at most 500, and
 // none until a handler has finished. So fast jobs have hundreds of
 // messages ready, jobs that take longer than the horizon have none

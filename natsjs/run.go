@@ -112,9 +112,10 @@ const (
 	// long it lingers for the next message. A few round trips, so that a
 	// pull that is due comes back before the runners run out, on a machine
 	// whose scheduler delays the client's goroutines and the server's
-	// too; and at least minHorizon: below it, pulls are small, and each
-	// costs the server and the client more than its messages do (with
-	// 1ms jobs, 2ms ran the runners dry, 5ms left pulls of about 12).
+	// too; and at least minHorizon: below it, short jobs run the runners
+	// dry, or get small pulls, each of which costs the server and the
+	// client more than its messages do (the commits that set it have the
+	// figures).
 	minHorizon  = 10 * time.Millisecond
 	horizonRTTs = 4
 )
