@@ -213,9 +213,16 @@ func (r *run) pullFailed(err error) {
 }
 
 // checkConsumer asks the server, in the background, whether the consumer
-// still exists, and ends the run if it does not. One check at a time.
+// still exists, and ends the run if it does not. One check at a time, and
+// none once the run has ended: the end waits for the checks under way.
 func (r *run) checkConsumer() {
 	if !r.checking.CompareAndSwap(false, true) {
+		return
+	}
+	r.bgMu.Lock()
+	defer r.bgMu.Unlock()
+	if r.bgClosed {
+		r.checking.Store(false)
 		return
 	}
 	r.bg.Go(func() {

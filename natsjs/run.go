@@ -79,8 +79,13 @@ type run struct {
 	mu  sync.Mutex
 	err error // why the run ended, if not because parent is done; guarded by mu
 
-	errMu sync.Mutex     // one call of the error handler at a time
-	bg    sync.WaitGroup // consumer checks
+	errMu sync.Mutex // one call of the error handler at a time
+
+	// bg counts the consumer checks under way; once bgClosed, none starts.
+	// Guarded by bgMu.
+	bgMu     sync.Mutex
+	bg       sync.WaitGroup
+	bgClosed bool
 
 	// backs counts the hand-backs under way, in goroutines of their own;
 	// once backsClosed, a hand-back runs in its caller. Guarded by backsMu.
@@ -139,6 +144,9 @@ func (r *run) run() error {
 
 	close(watcherExit)
 	<-watcherDone
+	r.bgMu.Lock()
+	r.bgClosed = true
+	r.bgMu.Unlock()
 	r.bg.Wait()
 	r.stopAll()
 	r.hcancel()
