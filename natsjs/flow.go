@@ -119,6 +119,7 @@ func (f *flow) setParams(size, maxInFlight int, horizon time.Duration, maxBatch 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.size = max(size, 1)
+	f.credits = min(f.credits, f.size) // a pool that shrank has fewer workers free
 	f.bound = maxInFlight
 	if f.bound <= 0 {
 		f.bound = f.size + maxAhead
