@@ -42,56 +42,53 @@ func TestACrashWhileTheServerHasNotProcessedABurstOfAcksDuplicatesAtMostTheBound
 	if url := os.Getenv(crashURLEnv); url != "" {
 		// Wait for confirmations as long as the process lives: a
 		// confirmation that timed out would give its slot back.
-		natsjs.SetSettleTimeout(time.Hour)
-		crashWorker(t, url, os.Getenv(crashRecordEnv), dropWorkers, dropInFlight, 0)
+		crashWorker(t, url, os.Getenv(crashRecordEnv), dropWorkers, dropInFlight, 0, natsjs.WithSettleTimeout(time.Hour))
 		return
 	}
 	t.Parallel() // waits on the clock, not the CPU
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		cons := workQueue(t, js, 2*time.Second, 0)
-		publishJobs(t, js, dropJobs)
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 2*time.Second, 0)
+	publishJobs(t, js, dropJobs)
 
-		dropper := startAckDropper(t, s.Addr().String(), dropAfter)
-		record := filepath.Join(t.TempDir(), "victim")
-		victim, _ := startWorkerProcess(t, via, "nats://"+dropper.addr(), record)
+	dropper := startAckDropper(t, s.Addr().String(), dropAfter)
+	record := filepath.Join(t.TempDir(), "victim")
+	victim, _ := startWorkerProcess(t, "nats://"+dropper.addr(), record)
 
-		// The victim handles jobs, each a burst of acks, until its acks stop
-		// reaching the server; then it handles what it holds, and waits.
-		eventually(t, func() bool { return dropper.dropped.Load() > 0 }, "no ack was dropped")
-		waitUntilSteady(t, func() int { return countRecords(record) })
-		require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
-		_ = victim.Wait()
-		dropper.close()
+	// The victim handles jobs, each a burst of acks, until its acks stop
+	// reaching the server; then it handles what it holds, and waits.
+	eventually(t, func() bool { return dropper.dropped.Load() > 0 }, "no ack was dropped")
+	waitUntilSteady(t, func() int { return countRecords(record) })
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	_ = victim.Wait()
+	dropper.close()
 
-		// Everything the victim did not ack comes back, after AckWait.
-		ta := newTally()
-		stop := consuming(t, newPool(t, dropWorkers), cons, func(_ context.Context, msg jetstream.Msg) error {
-			ta.add(msg)
-			return nil
-		}, via.opts(js)...)
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-		require.NoError(t, stop())
-
-		victimJobs := readRecord(t, record)
-		ta.mu.Lock()
-		for _, r := range victimJobs {
-			ta.count[strconv.Itoa(r.job)]++
-		}
-		ta.mu.Unlock()
-		counts := ta.snapshot()
-		assert.Len(t, counts, dropJobs, "jobs lost")
-		duplicates := 0
-		for _, c := range counts {
-			duplicates += c - 1
-		}
-		// The victim handled messages whose acks never reached the server.
-		assert.Positive(t, duplicates, "no job was handled twice: the attack missed")
-		assert.LessOrEqual(t, duplicates, dropInFlight)
-		t.Logf("victim handled %d, %d acks dropped, %d duplicates (bound %d)",
-			len(victimJobs), dropper.dropped.Load(), duplicates, dropInFlight)
+	// Everything the victim did not ack comes back, after AckWait.
+	ta := newTally()
+	stop := consuming(t, newPool(t, dropWorkers), js, cons, func(_ context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
 	})
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stop())
+
+	victimJobs := readRecord(t, record)
+	ta.mu.Lock()
+	for _, r := range victimJobs {
+		ta.count[strconv.Itoa(r.job)]++
+	}
+	ta.mu.Unlock()
+	counts := ta.snapshot()
+	assert.Len(t, counts, dropJobs, "jobs lost")
+	duplicates := 0
+	for _, c := range counts {
+		duplicates += c - 1
+	}
+	// The victim handled messages whose acks never reached the server.
+	assert.Positive(t, duplicates, "no job was handled twice: the attack missed")
+	assert.LessOrEqual(t, duplicates, dropInFlight)
+	t.Logf("victim handled %d, %d acks dropped, %d duplicates (bound %d)",
+		len(victimJobs), dropper.dropped.Load(), duplicates, dropInFlight)
 }
 
 // waitUntilSteady waits until count has not changed for a while.

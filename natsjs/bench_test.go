@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,18 +33,13 @@ import (
 // less than jobs/s when other processes compete for the cores.
 //
 // The implementations:
-//   - Run: natsjs.Run with its defaults: Fetch, 2n messages held;
-//   - RunJS: natsjs.Run with WithJetStream: raw pulls, acks carrying them;
-//   - RunJSNoCarry: RunJS whose acker confirms each batch of acks before
-//     it frees their slots, as the fetch path does, rather than carry the
-//     next pull in the last ack: what carrying gives;
-//   - Run500, RunJS500: Run and RunJS holding up to 500 messages, as
-//     Messages does;
+//   - Run: natsjs.Run with its defaults;
+//   - Run16: natsjs.Run with WithMaxInFlight(2n), v2's default bound;
 //   - Messages: the peer, the plain loop, n goroutines each
 //     taking a message from Messages (default buffer of 500), running the
 //     job and acking with Ack, which does not wait for the server;
 //   - Messages2n: that loop with a buffer of 2n messages
-//     (PullMaxMessages), Run's default bound;
+//     (PullMaxMessages);
 //   - Messages2nPool: Messages2n whose goroutines each run their job on a
 //     workerpool of n with SubmitWait, then ack;
 //
@@ -70,7 +64,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Run", "RunJS", "RunJSNoCarry", "Run500", "RunJS500", "Messages", "Messages2n", "Messages2nPool", "Loop1", "LoopPool", "LoopChan", "LoopSem"} {
+			for _, impl := range []string{"Run", "Run16", "Messages", "Messages2n", "Messages2nPool", "Loop1", "LoopPool", "LoopChan", "LoopSem"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -106,22 +100,17 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	b.ResetTimer()
 	start, startCPU := time.Now(), cpuTime()
 	switch impl {
-	case "Run", "RunJS", "RunJSNoCarry", "Run500", "RunJS500":
+	case "Run", "Run16":
 		var opts []natsjs.Option
-		if strings.HasPrefix(impl, "RunJS") {
-			opts = append(opts, natsjs.WithJetStream(js))
+		if impl == "Run16" {
+			opts = append(opts, natsjs.WithMaxInFlight(2*n))
 		}
-		if strings.HasSuffix(impl, "500") {
-			opts = append(opts, natsjs.WithMaxInFlight(500))
-		}
-		natsjs.SetNoCarry(impl == "RunJSNoCarry")
-		defer natsjs.SetNoCarry(false)
 		p := workerpool.New(n)
 		defer p.Stop()
 		ctx, cancel := context.WithCancel(context.Background())
 		stop = cancel
 		wg.Go(func() {
-			err := natsjs.Run(ctx, p, cons, func(context.Context, jetstream.Msg) error {
+			err := natsjs.Run(ctx, p, js, cons, func(context.Context, jetstream.Msg) error {
 				work()
 				count()
 				return nil

@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,12 +24,13 @@ import (
 )
 
 // The crash test's worker processes are this test binary, run again with
-// these variables set: the server's URL and the file where the worker
-// records each job it handled.
+// these variables set: the server's URL, the file where the worker
+// records each job it handled, and, for a victim, how many jobs it
+// handles before every later handler hangs once it has recorded its job.
 const (
 	crashURLEnv    = "NATSJS_CRASH_URL"
 	crashRecordEnv = "NATSJS_CRASH_RECORD"
-	crashPathEnv   = "NATSJS_CRASH_PATH" // the pullPath's name
+	crashHangEnv   = "NATSJS_CRASH_HANG_AFTER"
 )
 
 const (
@@ -42,77 +45,79 @@ func TestACrashedProcessLosesNothingAndDuplicatesAtMostItsInFlightBound(t *testi
 		return
 	}
 	t.Parallel() // waits on the clock, not the CPU
-	forEachPath(t, func(t *testing.T, via pullPath) {
-		s := startServer(t)
-		_, js := connect(t, s)
-		workQueue(t, js, 3*time.Second, 0) // progress every second: slack for a loaded machine
-		publishJobs(t, js, crashJobs)
+	s := startServer(t)
+	_, js := connect(t, s)
+	workQueue(t, js, 3*time.Second, 0) // progress every second: slack for a loaded machine
+	publishJobs(t, js, crashJobs)
 
-		dir := t.TempDir()
-		start := func(name string) (*exec.Cmd, string, *bytes.Buffer) {
-			record := filepath.Join(dir, name)
-			cmd, out := startWorkerProcess(t, via, s.ClientURL(), record)
-			return cmd, record, out
-		}
-		victim, victimRecord, _ := start("victim")
-		survivor, survivorRecord, survivorOut := start("survivor")
+	dir := t.TempDir()
+	start := func(name string, env ...string) (*exec.Cmd, string, *bytes.Buffer) {
+		record := filepath.Join(dir, name)
+		cmd, out := startWorkerProcess(t, s.ClientURL(), record, env...)
+		return cmd, record, out
+	}
+	// The victim's handlers hang once it has handled a tenth of the jobs,
+	// each after recording its job: when it is killed, it holds at least
+	// those, which a kill at a random moment (v2's test) did not ensure.
+	victim, victimRecord, _ := start("victim", crashHangEnv+"="+strconv.Itoa(crashJobs/10))
+	survivor, survivorRecord, survivorOut := start("survivor")
 
-		// Kill the victim mid-run, once it has handled a tenth of the jobs.
-		eventually(t, func() bool { return countRecords(victimRecord) >= crashJobs/10 }, "the victim handled nothing")
-		require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
-		_ = victim.Wait()
-		killedAfter := countRecords(victimRecord)
+	// Kill the victim mid-run, once every one of its workers hangs.
+	eventually(t, func() bool { return countRecords(victimRecord) >= crashJobs/10+crashWorkers }, "the victim did not hang")
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	_ = victim.Wait()
+	killedAfter := countRecords(victimRecord)
 
-		// The survivor gets everything, the victim's messages after AckWait.
-		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
-		require.NoError(t, survivor.Process.Signal(syscall.SIGTERM))
-		require.NoError(t, survivor.Wait(), "survivor: %s", survivorOut)
+	// The survivor gets everything, the victim's messages after AckWait.
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, survivor.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, survivor.Wait(), "survivor: %s", survivorOut)
 
-		victimJobs, survivorJobs := readRecord(t, victimRecord), readRecord(t, survivorRecord)
-		require.Len(t, victimJobs, killedAfter, "the victim recorded jobs after it was killed")
-		assert.Less(t, killedAfter, crashJobs, "the victim was not killed mid-run")
-		counts := make(map[int]int)
-		redelivered := 0 // to the survivor, after the victim's death
-		for _, r := range append(victimJobs, survivorJobs...) {
-			counts[r.job]++
-			if r.delivery > 1 {
-				redelivered++
-			}
+	victimJobs, survivorJobs := readRecord(t, victimRecord), readRecord(t, survivorRecord)
+	require.Len(t, victimJobs, killedAfter, "the victim recorded jobs after it was killed")
+	assert.Less(t, killedAfter, crashJobs, "the victim was not killed mid-run")
+	counts := make(map[int]int)
+	redelivered := 0 // to the survivor, after the victim's death
+	for _, r := range append(victimJobs, survivorJobs...) {
+		counts[r.job]++
+		if r.delivery > 1 {
+			redelivered++
 		}
-		duplicates := 0
-		victimHad := make(map[int]bool)
-		for _, r := range victimJobs {
-			victimHad[r.job] = true
+	}
+	duplicates := 0
+	victimHad := make(map[int]bool)
+	for _, r := range victimJobs {
+		victimHad[r.job] = true
+	}
+	for job := range crashJobs {
+		assert.GreaterOrEqual(t, counts[job], 1, "job %d lost", job)
+		if counts[job] > 1 {
+			duplicates += counts[job] - 1
+			assert.True(t, victimHad[job], "job %d handled twice without the victim", job)
 		}
-		for job := range crashJobs {
-			assert.GreaterOrEqual(t, counts[job], 1, "job %d lost", job)
-			if counts[job] > 1 {
-				duplicates += counts[job] - 1
-				assert.True(t, victimHad[job], "job %d handled twice without the victim", job)
-			}
-		}
-		assert.Len(t, counts, crashJobs)
-		// Only a message the victim held can have been handled twice: it holds
-		// a message until the server has confirmed its ack.
-		assert.LessOrEqual(t, duplicates, crashInFlight)
-		// The victim held messages when it died: the server redelivered them.
-		assert.Positive(t, redelivered, "nothing was redelivered: the victim held nothing")
-		assert.LessOrEqual(t, redelivered, crashInFlight, "redelivered more than the victim could hold")
-		t.Logf("victim handled %d before the kill, survivor %d; %d redelivered, %d duplicates",
-			killedAfter, len(survivorJobs), redelivered, duplicates)
-	})
+	}
+	assert.Len(t, counts, crashJobs)
+	// Only a message the victim held can have been handled twice: it holds
+	// a message until the server has confirmed its ack.
+	assert.LessOrEqual(t, duplicates, crashInFlight)
+	// The victim held messages when it died, its hanging ones at least:
+	// the server redelivered them.
+	assert.GreaterOrEqual(t, redelivered, crashWorkers, "the victim's hanging jobs were not redelivered")
+	assert.LessOrEqual(t, redelivered, crashInFlight, "redelivered more than the victim could hold")
+	t.Logf("victim handled %d before the kill, survivor %d; %d redelivered, %d duplicates",
+		killedAfter, len(survivorJobs), redelivered, duplicates)
 }
 
 // startWorkerProcess runs the test binary again as a worker process of the
-// running test (a subtest of forEachPath), which connects to url, pulls by
-// via, and records its jobs in record. The process is killed at the end of
-// the test if it is still running.
-func startWorkerProcess(t *testing.T, via pullPath, url, record string) (*exec.Cmd, *bytes.Buffer) {
+// running test, which connects to url and records its jobs in record, with
+// env besides. The process is killed at the end of the test if it is still
+// running.
+func startWorkerProcess(t *testing.T, url, record string, env ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	var out bytes.Buffer
 	test, _, _ := strings.Cut(t.Name(), "/") // the worker runs the top-level test
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), crashURLEnv+"="+url, crashRecordEnv+"="+record, crashPathEnv+"="+via.name)
+	cmd.Env = append(append(os.Environ(), crashURLEnv+"="+url, crashRecordEnv+"="+record), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -127,8 +132,8 @@ func startWorkerProcess(t *testing.T, via pullPath, url, record string) (*exec.C
 // crashWorker is a worker process of a crash test: it consumes the jobs
 // until SIGTERM on a pool of workers, holding at most inFlight messages,
 // recording each job it handled in record, each job taking jobTime after
-// its record.
-func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTime time.Duration) {
+// its record, with opts besides the bound.
+func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTime time.Duration, opts ...natsjs.Option) {
 	nc, err := nats.Connect(url, nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -140,17 +145,18 @@ func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTim
 	require.NoError(t, err)
 	defer f.Close()
 
+	hangAfter := int64(-1) // none
+	if v := os.Getenv(crashHangEnv); v != "" {
+		hangAfter, err = strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+	}
+	var handled atomic.Int64
+
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
-	via := pullPaths[0]
-	for _, pp := range pullPaths {
-		if pp.name == os.Getenv(crashPathEnv) {
-			via = pp
-		}
-	}
 	p := workerpool.New(workers)
 	defer p.StopWait()
-	err = natsjs.Run(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+	err = natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		md, err := msg.Metadata()
 		if err != nil {
 			return err
@@ -160,10 +166,13 @@ func crashWorker(t *testing.T, url, record string, workers, inFlight int, jobTim
 		if _, err := fmt.Fprintf(f, "%s %d\n", msg.Data(), md.NumDelivered); err != nil {
 			return err
 		}
+		if hangAfter >= 0 && handled.Add(1) > hangAfter {
+			select {} // until the kill
+		}
 		// The rest of the job's work: a kill now repeats a recorded job.
 		time.Sleep(jobTime)
 		return nil
-	}, via.opts(js, natsjs.WithMaxInFlight(inFlight))...)
+	}, append(opts, natsjs.WithMaxInFlight(inFlight))...)
 	require.NoError(t, err)
 }
 

@@ -21,19 +21,24 @@ var (
 	// it would give again for every later pull, such as a consumer whose
 	// MaxRequestExpires or MaxRequestBatch was lowered while Run ran.
 	ErrPullRefused = errors.New("natsjs: the server refused a pull")
-	// ErrNotConfirmed is passed to the error handler when the server did
-	// not confirm, within the settle timeout, that it processed an ack.
-	// The message may come back after AckWait and be handled again.
-	ErrNotConfirmed = errors.New("natsjs: the server did not confirm the ack")
+	// ErrNotConfirmed says that the server did not confirm, within the
+	// settle timeout (5s), that it processed an ack, a hand-back or a
+	// termination. Run returns it, wrapped, when some of what its stop
+	// settled was not confirmed: a message it acked may come back after
+	// AckWait and be handled again; one it handed back comes back only
+	// after AckWait; one on its last delivery that it could not re-publish
+	// stays in its stream. The error handler is told of each message.
+	ErrNotConfirmed = errors.New("natsjs: the server did not confirm the settling of a message")
 )
 
 // A MessageError is a failure to settle one message, passed to the
-// [WithErrorHandler] function: a Nak, Term or progress message that could
-// not be sent, an ack the server did not confirm, or a dead-letter copy
-// that could not be published.
+// [WithErrorHandler] function: an ack, Nak, Term or progress message that
+// could not be sent, a settling the server did not confirm, or a copy that
+// could not be published (a dead letter, or a re-publication at a stop).
 type MessageError struct {
-	// Op is what failed: "ack", "confirm ack", "nak", "term", "progress"
-	// or "dead-letter".
+	// Op is what failed: "ack", "nak", "term", "progress", "dead-letter"
+	// or "republish". A settling the server did not confirm has the
+	// settling's Op, and Err wraps ErrNotConfirmed.
 	Op string
 	// Stream and Sequence name the message: its stream and its sequence
 	// in that stream.
@@ -50,3 +55,71 @@ func (e *MessageError) Error() string {
 
 // Unwrap returns the cause.
 func (e *MessageError) Unwrap() error { return e.Err }
+
+// A HandlerError is a handler's failure, passed to the [WithErrorHandler]
+// function once [Run] has settled the message: each error a handler
+// returned, each panic (Err is then a *workerpool.PanicError with the
+// value and the stack) and each call of runtime.Goexit.
+type HandlerError struct {
+	// Stream and Sequence name the message: its stream and its sequence
+	// in that stream. Delivery is the delivery that failed: 1 for the
+	// first.
+	Stream   string
+	Sequence uint64
+	Delivery uint64
+	// Final says that the message will not be delivered again: the
+	// failure was on the consumer's last delivery (MaxDeliver), or was
+	// [Permanent]. Run dead-lettered it (see [WithDeadLetter]) and
+	// terminated it, or, if the dead letter could not be published, left
+	// it in its stream.
+	Final bool
+	// Stopped says that the handler failed once Run was stopping and had
+	// cancelled the handler's ctx: the failure is not counted as an
+	// attempt. Run handed the message back at once, without backoff, or,
+	// on its last delivery, re-published it (see [Run]).
+	Stopped bool
+	// Err is what the handler returned, a *workerpool.PanicError, or an
+	// error saying that it called runtime.Goexit.
+	Err error
+}
+
+// Error returns "natsjs: handler failed on delivery <n> of message
+// <stream>/<sequence>[, final | , stopped]: <cause>".
+func (e *HandlerError) Error() string {
+	how := ""
+	switch {
+	case e.Final:
+		how = ", final"
+	case e.Stopped:
+		how = ", stopped"
+	}
+	return fmt.Sprintf("natsjs: handler failed on delivery %d of message %s/%d%s: %v", e.Delivery, e.Stream, e.Sequence, how, e.Err)
+}
+
+// Unwrap returns what the handler returned or panicked with.
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// Permanent wraps err, the failure of a handler, to say that retrying is
+// useless: [Run] does not wait for the consumer's MaxDeliver, but
+// dead-letters (see [WithDeadLetter]) and terminates the message at once.
+// errors.Is and errors.As see err through it. Permanent(nil) is a
+// permanent failure too, whose message is "natsjs: permanent failure".
+func Permanent(err error) error { return &permanentError{err: err} }
+
+// A permanentError is a failure wrapped by Permanent.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string {
+	if e.err == nil {
+		return "natsjs: permanent failure"
+	}
+	return e.err.Error()
+}
+
+func (e *permanentError) Unwrap() error { return e.err }
+
+// isPermanent reports whether err is, or wraps, a Permanent failure.
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

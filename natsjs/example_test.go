@@ -61,9 +61,8 @@ func ExampleRun() {
 		}
 		return nil // acks the message
 	}
-	// WithJetStream is optional: Run then pulls on js's connection
-	// itself, which costs less per message than cons's own Fetch.
-	err := natsjs.Run(ctx, p, cons, h, natsjs.WithJetStream(js))
+	// Run pulls on js's connection: cons came from js.
+	err := natsjs.Run(ctx, p, js, cons, h)
 
 	sort.Strings(shouted)
 	fmt.Println(shouted, err)

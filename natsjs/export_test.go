@@ -2,11 +2,15 @@ package natsjs
 
 import "time"
 
-// SetSettleTimeout sets how long Run waits for an ack's confirmation,
-// for a test process that must never see one time out.
-func SetSettleTimeout(d time.Duration) { settleTimeout = d }
+// WithSettleTimeout sets how long Run waits for the server to confirm a
+// settling, and for a copy's publication, for a test that must see one
+// time out quickly, or never.
+func WithSettleTimeout(d time.Duration) Option {
+	return func(c *config) { c.settleTimeout = d }
+}
 
-// SetNoCarry makes the acker confirm each batch of acks before it frees
-// their slots, rather than carry the next pull in the last ack, for a
-// benchmark that measures what carrying gives.
-func SetNoCarry(on bool) { noCarry = on }
+// WithAhead makes each runner have at least n messages waiting for it,
+// whatever the handlers' speed, for a test that needs messages queued.
+func WithAhead(n int) Option {
+	return func(c *config) { c.minAhead = n }
+}

@@ -10,15 +10,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A message is one message the run holds. Its handler gets it as its
-// jetstream.Msg. It wraps the message as the path delivered it, wire:
-// jetstream's own (the fetch path) or a rawMsg (the raw path), and records
-// which messages the handler settled itself, so that the acker does not
-// ack them.
+// A message is one message the run holds, as its subscription received
+// it. It is the handler's jetstream.Msg: its settling methods publish on
+// the run's connection, as jetstream's own messages do, and record that
+// the handler settled it, so that the run does not settle it again.
 type message struct {
-	wire  jetstream.Msg
-	task  func() // its task on the pool: runTask(m)
-	stage stage  // guarded by run.mu
+	msg *nats.Msg
+	nc  *nats.Conn
 
 	// mu orders the watcher's progress messages against the settling of
 	// the message: once closed is set, no progress message is sent, so
@@ -29,13 +27,12 @@ type message struct {
 	settled bool
 }
 
-// stage is where a held message is.
-type stage int
-
-const (
-	waiting    stage = iota // registered; its task has not started
-	started                 // its handler is running or it is being settled
-	handedBack              // handed back by a stop; its task does nothing
+// The bodies of the acks the server understands.
+var (
+	ackAck      = []byte("+ACK")
+	ackNak      = []byte("-NAK")
+	ackProgress = []byte("+WPI")
+	ackTerm     = []byte("+TERM")
 )
 
 // progress sends m's progress message, unless m was settled.
@@ -45,7 +42,7 @@ func (m *message) progress() error {
 	if m.closed {
 		return nil
 	}
-	return m.wire.InProgress()
+	return m.send(ackProgress)
 }
 
 // settle sends, with send, an ack of any kind for m, and records that the
@@ -76,91 +73,31 @@ func (m *message) close() (settledByHandler bool) {
 	return false
 }
 
+// send publishes an ack body to m's ack subject.
+func (m *message) send(body []byte) error { return m.nc.Publish(m.msg.Reply, body) }
+
+// info returns m's stream, stream sequence, delivery count and stored
+// time, as its ack subject says them; zeros if it says nothing.
+func (m *message) info() (stream string, seq, delivery uint64, ts int64) {
+	md, err := m.msg.Metadata()
+	if err != nil {
+		return "", 0, 0, 0
+	}
+	return md.Stream, md.Sequence.Stream, md.NumDelivered, md.Timestamp.UnixNano()
+}
+
 // messageError returns the failure of op on m, naming m's stream and
 // stream sequence if its metadata says them.
 func (m *message) messageError(op string, err error) *MessageError {
-	me := &MessageError{Op: op, Err: err}
-	if md, mdErr := m.wire.Metadata(); mdErr == nil {
-		me.Stream, me.Sequence = md.Stream, md.Sequence.Stream
-	}
-	return me
+	stream, seq, _, _ := m.info()
+	return &MessageError{Op: op, Stream: stream, Sequence: seq, Err: err}
 }
 
 // The jetstream.Msg methods.
 
 // Metadata returns the JetStream metadata of m; see [jetstream.Msg].
-func (m *message) Metadata() (*jetstream.MsgMetadata, error) { return m.wire.Metadata() }
-
-// Data returns the payload; see [jetstream.Msg].
-func (m *message) Data() []byte { return m.wire.Data() }
-
-// Headers returns the headers; see [jetstream.Msg].
-func (m *message) Headers() nats.Header { return m.wire.Headers() }
-
-// Subject returns the subject the message was published to; see
-// [jetstream.Msg].
-func (m *message) Subject() string { return m.wire.Subject() }
-
-// Reply returns the message's ack subject; see [jetstream.Msg].
-func (m *message) Reply() string { return m.wire.Reply() }
-
-// Ack acks m; see [jetstream.Msg].
-func (m *message) Ack() error { return m.settle(m.wire.Ack) }
-
-// DoubleAck acks m and waits for the server to confirm; see
-// [jetstream.Msg].
-func (m *message) DoubleAck(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return jetstream.ErrMsgAlreadyAckd
-	}
-	m.closed, m.settled = true, true
-	m.mu.Unlock()
-	return m.wire.DoubleAck(ctx)
-}
-
-// Nak asks the server to redeliver m; see [jetstream.Msg].
-func (m *message) Nak() error { return m.settle(m.wire.Nak) }
-
-// NakWithDelay asks the server to redeliver m after delay; see
-// [jetstream.Msg].
-func (m *message) NakWithDelay(delay time.Duration) error {
-	return m.settle(func() error { return m.wire.NakWithDelay(delay) })
-}
-
-// InProgress restarts m's AckWait; see [jetstream.Msg].
-func (m *message) InProgress() error { return m.progress() }
-
-// Term tells the server never to redeliver m; see [jetstream.Msg].
-func (m *message) Term() error { return m.settle(m.wire.Term) }
-
-// TermWithReason is Term with a reason; see [jetstream.Msg].
-func (m *message) TermWithReason(reason string) error {
-	return m.settle(func() error { return m.wire.TermWithReason(reason) })
-}
-
-// A rawMsg is a message the raw path's subscription received, with the
-// jetstream.Msg methods, which publish on the run's connection.
-type rawMsg struct {
-	msg *nats.Msg
-	nc  *nats.Conn
-}
-
-// The bodies of the acks the server understands.
-var (
-	ackAck      = []byte("+ACK")
-	ackNak      = []byte("-NAK")
-	ackProgress = []byte("+WPI")
-	ackTerm     = []byte("+TERM")
-)
-
-// The jetstream.Msg methods of a rawMsg: each settling method publishes
-// its ack, as jetstream's own messages do, but without their record of
-// having been acked, which the message wrapping it keeps.
-
-func (w *rawMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	md, err := w.msg.Metadata()
+func (m *message) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := m.msg.Metadata()
 	if err != nil {
 		return nil, err
 	}
@@ -175,43 +112,77 @@ func (w *rawMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	}, nil
 }
 
-func (w *rawMsg) Data() []byte           { return w.msg.Data }
-func (w *rawMsg) Headers() nats.Header   { return w.msg.Header }
-func (w *rawMsg) Subject() string        { return w.msg.Subject }
-func (w *rawMsg) Reply() string          { return w.msg.Reply }
-func (w *rawMsg) send(body []byte) error { return w.nc.Publish(w.msg.Reply, body) }
-func (w *rawMsg) Ack() error             { return w.send(ackAck) }
-func (w *rawMsg) Nak() error             { return w.send(ackNak) }
-func (w *rawMsg) InProgress() error      { return w.send(ackProgress) }
-func (w *rawMsg) Term() error            { return w.send(ackTerm) }
+// Data returns the payload; see [jetstream.Msg].
+func (m *message) Data() []byte { return m.msg.Data }
 
-func (w *rawMsg) DoubleAck(ctx context.Context) error {
+// Headers returns the headers; see [jetstream.Msg].
+func (m *message) Headers() nats.Header { return m.msg.Header }
+
+// Subject returns the subject the message was published to; see
+// [jetstream.Msg].
+func (m *message) Subject() string { return m.msg.Subject }
+
+// Reply returns the message's ack subject; see [jetstream.Msg].
+func (m *message) Reply() string { return m.msg.Reply }
+
+// Ack acks m; see [jetstream.Msg].
+func (m *message) Ack() error { return m.settle(func() error { return m.send(ackAck) }) }
+
+// DoubleAck acks m and waits for the server to confirm; see
+// [jetstream.Msg]. A ctx without a deadline gets one of 5s, as
+// jetstream's default API timeout gives its own messages.
+func (m *message) DoubleAck(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	m.closed, m.settled = true, true
+	m.mu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
-		// As jetstream's own messages do.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
 	}
-	_, err := w.nc.RequestWithContext(ctx, w.msg.Reply, ackAck)
+	_, err := m.nc.RequestWithContext(ctx, m.msg.Reply, ackAck)
 	return err
 }
 
-func (w *rawMsg) NakWithDelay(delay time.Duration) error {
+// Nak asks the server to redeliver m; see [jetstream.Msg].
+func (m *message) Nak() error { return m.settle(func() error { return m.send(ackNak) }) }
+
+// NakWithDelay asks the server to redeliver m after delay; see
+// [jetstream.Msg].
+func (m *message) NakWithDelay(delay time.Duration) error {
+	return m.settle(func() error { return m.send(nakBody(delay)) })
+}
+
+// InProgress restarts m's AckWait; see [jetstream.Msg].
+func (m *message) InProgress() error { return m.progress() }
+
+// Term tells the server never to redeliver m; see [jetstream.Msg].
+func (m *message) Term() error { return m.settle(func() error { return m.send(ackTerm) }) }
+
+// TermWithReason is Term with a reason; see [jetstream.Msg].
+func (m *message) TermWithReason(reason string) error {
+	return m.settle(func() error { return m.send(termBody(reason)) })
+}
+
+// nakBody returns the body of a Nak that asks for redelivery after delay;
+// at once if delay is not positive.
+func nakBody(delay time.Duration) []byte {
 	if delay <= 0 {
-		return w.send(ackNak)
+		return ackNak
 	}
-	return w.send([]byte(`-NAK {"delay":` + strconv.FormatInt(delay.Nanoseconds(), 10) + `}`))
+	return []byte(`-NAK {"delay":` + strconv.FormatInt(delay.Nanoseconds(), 10) + `}`)
 }
 
-func (w *rawMsg) TermWithReason(reason string) error {
+// termBody returns the body of a Term with reason.
+func termBody(reason string) []byte {
 	if reason == "" {
-		return w.send(ackTerm)
+		return ackTerm
 	}
-	return w.send([]byte("+TERM " + reason))
+	return []byte("+TERM " + reason)
 }
 
-// Both paths' messages serve as jetstream.Msg.
-var (
-	_ jetstream.Msg = (*message)(nil)
-	_ jetstream.Msg = (*rawMsg)(nil)
-)
+var _ jetstream.Msg = (*message)(nil)

@@ -9,65 +9,61 @@
 //		MaxDeliver: 5,
 //	})
 //	p := workerpool.New(8)
-//	err := natsjs.Run(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+//	err := natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 //		return process(ctx, msg.Data())
-//	}, natsjs.WithJetStream(js)) // optional: cheaper pulls
+//	})
 //
 // # Delivery
 //
 // Delivery is at least once. [Run] acks a message after its handler
-// returns nil; an error, a panic or runtime.Goexit makes the message come
-// back after a backoff, until the consumer's MaxDeliver, after which it is
-// terminated (and copied to a dead-letter subject first, see
-// [WithDeadLetter]). A message can be handled more than once when a
-// process dies or loses its connection while it holds it, so handlers
-// should be idempotent, keyed for example on the Nats-Msg-Id header or on
-// the message's stream sequence.
+// returns nil. An error, a panic or runtime.Goexit makes the message come
+// back after a backoff, until the consumer's MaxDeliver; a failure on the
+// last delivery, or a [Permanent] one, is final: the message is copied to
+// a dead-letter subject (see [WithDeadLetter]), then terminated. A message
+// can be handled more than once when a process dies or loses its
+// connection while it holds it, so handlers should be idempotent, keyed
+// for example on the Nats-Msg-Id header or on the message's stream
+// sequence.
 //
-// # Flow control and duplicates
+// # Flow
 //
-// One process holds at most [WithMaxInFlight] messages: Run takes a slot
-// for each message before it asks the server for it, and frees the slot
-// once the server can no longer count the message as delivered to this
-// process and not acked. It tells the server that every message it holds,
-// waiting in the pool or running, is in progress, every
-// [WithProgressInterval], so that the server redelivers none of them while
-// the process has it, however long it waits or runs.
+// Run pulls on one subscription of js's connection for the whole run. It
+// holds, beyond the messages its handlers run, what its workers will run
+// within the horizon, a few pull round trips (at least 10ms): as many
+// messages as the handlers get through in that time, at most 500, and
+// none until a handler has finished. So fast jobs have hundreds of
+// messages ready, jobs that take longer than the horizon have none
+// waiting, and a pool busy with other work holds nothing it cannot start:
+// Run asks the pool for a worker (a task that only checks in) before it
+// asks the server for a message to run on it. [WithMaxInFlight] adds an
+// upper bound.
 //
-// How a handled message's slot is freed depends on how Run pulls. By
-// default it pulls with the consumer's own Fetch, whose pulls the server
-// may serve before it has processed an ack sent earlier: the slots of a
-// batch of acks are freed when the server confirms the batch's last ack
-// (an ack with a reply), which it does once it has processed every ack the
-// connection sent to the consumer before. With [WithJetStream], Run pulls
-// on the connection itself, and a handled message's slot goes at once
-// into the next pull, which travels as the last ack of the batch (an ack
-// with +NXT): the server processes an ack before it registers the pull
-// the ack carries, and the acks of one connection to one consumer in the
-// order they were sent. Either way the server never serves this process a
-// pull in a slot whose ack it has not processed: the messages it counts
-// as delivered to this process and not acked never exceed the bound. A
-// process that dies therefore leaves at most WithMaxInFlight messages to
-// be handled again: those it held, handled or partly handled, and those
-// whose acks the server had not read. A connection lost for longer than
-// AckWait, or a server that loses acks it read (a crash, a consumer leader
-// change), can add up to WithMaxInFlight more each time.
+// Run's tasks on the pool are runners, not messages: a runner runs the
+// waiting messages one after another, and waits for the next one for up
+// to the horizon while messages arrive, then gives its worker back. After
+// a horizon of work it gives its worker back to the pool's other waiting
+// tasks, if there are any (on a sub-pool, always), and goes to the back of
+// the queue. So a pool's [workerpool.Status] counts runners, not messages.
+// Every message Run holds, waiting or running, gets a progress message
+// (InProgress) every [WithProgressInterval], so that the server
+// redelivers none of them while the process has it, however long that is.
 //
 // # Stopping
 //
-// When ctx is done, Run starts no more handlers and asks for no more
-// messages. As soon as the pulls it sent end, within about a quarter of a
-// second, it hands back (Nak) every message whose handler has not started, so
-// that other processes get them without waiting for AckWait. It waits for
-// the running handlers to finish, acks the handled messages, waits for the
-// server to confirm that it processed those acks (at most five seconds),
-// and returns nil. It does not stop the pool.
-//
-// Run waits for its pulls to end, rather than abandon them, because the
-// server may already have sent them messages, which nobody would then hold
-// until AckWait; and it hands messages back only then, because a message
-// handed back while a pull is outstanding could come straight back to it,
-// costing a delivery towards MaxDeliver.
+// When ctx is done, Run takes no more messages and starts no handler. As
+// soon as the pulls it sent end, within about a quarter of a second, it
+// hands back (Nak) every message that waited, so that another process
+// gets it without waiting for AckWait. A message on its last delivery,
+// which a Nak would strand, is instead re-published to its own subject
+// (in a work-queue stream; see [Run]). The running handlers keep their ctx
+// for a grace period ([WithGracePeriod], by default [DefaultGracePeriod]);
+// then it is cancelled. A handler that fails once its ctx is cancelled
+// failed because of the stop: the failure is not counted as an attempt,
+// and its message is handed back at once. Run waits for every handler to
+// return, asks the server to confirm everything the stop settled, and
+// returns nil, or an error wrapping [ErrNotConfirmed] if the server did
+// not confirm some of it (the error handler is told which). It does not
+// stop the pool.
 package natsjs
 
 import (
@@ -82,55 +78,74 @@ import (
 )
 
 // A Handler processes one message's job. nil acks the message; an error, a
-// panic or runtime.Goexit makes it come back later (NakWithDelay), until
-// the consumer's MaxDeliver, after which it is terminated (and sent to the
-// dead-letter subject, if one is set).
+// panic or runtime.Goexit makes it come back later, after the backoff
+// (see [WithBackoff]), until the consumer's MaxDeliver; a failure on the
+// last delivery, or a [Permanent] one, is final (see [WithDeadLetter]).
 //
-// ctx is done when Run's ctx is done, or when Run stops because the pool
-// stopped or the consumer is gone; no handler starts after that. A handler
-// that returns an error once ctx is done has its message handed back at
-// once, without the backoff. A handler may settle msg itself (Ack, Nak,
-// Term); it should then return nil, and Run's own settling has no effect.
+// ctx has the values of [Run]'s ctx. It is cancelled a grace period after
+// Run's ctx is done (see [WithGracePeriod]), or at once when Run stops
+// because the pool stopped, the consumer is gone or the connection was
+// closed. A handler that returns an error once ctx is cancelled has its
+// message handed back at once, the failure not counted as an attempt.
+// A handler may settle msg itself (Ack, Nak, Term); it should then return
+// nil, and Run's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
 // Run runs h on cons's messages as tasks of s, a [*workerpool.Pool] or a
-// [*workerpool.Subpool], until ctx is done, then takes no more, Naks at
-// once the messages it took but did not start (so another process gets
-// them without waiting for AckWait), waits for the running handlers to
-// finish and be acked, and returns nil. It does not stop s.
+// [*workerpool.Subpool], until ctx is done, then stops softly (see the
+// package doc) and returns. It does not stop s. js is the JetStream
+// context cons came from: Run pulls on its connection (a
+// jetstream.Consumer does not give it), and re-publishes with it.
+//
+// At a stop, a message on its last delivery (the consumer's MaxDeliver)
+// that Run must hand back, because its handler did not start or failed
+// because of the stop, is not Nak'd: the server would never deliver it
+// again. In a work-queue stream, Run publishes a copy to the message's
+// own subject, which the stream stores as a new message with every
+// delivery ahead of it, then terminates the message. The copy keeps the
+// payload and headers, with the Nats-* headers renamed Natsjs-Original-*
+// (the first original's, for a copy of a copy), and has Nats-Msg-Id
+// "natsjs-republish:<stream>:<sequence>:<timestamp>", so that the stream
+// stores one copy if Run publishes it twice, and Natsjs-Republished-From,
+// the original's sequence. In another stream, where a copy would reach
+// every consumer, Run dead-letters the message (see [WithDeadLetter]), or,
+// without a dead-letter subject, leaves it and says so ([ErrNotConfirmed]).
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
-// [workerpool.WithPanicHandler]), once the message has been handed back.
+// [workerpool.WithPanicHandler]), once the message has been settled.
 //
-// Run pulls with cons's own Fetch, unless [WithJetStream] gives it the
-// JetStream context cons came from: then it pulls on that connection
-// itself, which costs less per message (see WithJetStream).
+// Run returns an error at once, without taking a message, if ctx, s, js,
+// cons or h is nil; if an option is invalid (the error wraps
+// jetstream.ErrInvalidOption); if js does not reach cons (a js of another
+// domain, API prefix, account or server: jetstream.ErrInvalidOption too);
+// if cons cannot be served ([ErrInvalidConsumer]). It returns nil at once
+// if ctx is already done.
 //
-// Run returns an error at once, without taking a message, if ctx, s, cons
-// or h is nil; if an option is invalid (the error wraps
-// jetstream.ErrInvalidOption); if cons cannot be served
-// ([ErrInvalidConsumer]). It returns nil at once if ctx is already done.
-// If s is stopped, before or while Run runs, Run stops as if ctx were done
-// (it notices within about 100ms) and returns [workerpool.ErrStopped]:
-// messages whose tasks s dropped or never started are handed back. If the
-// consumer or its stream is deleted, or the connection is closed, Run
-// stops likewise and returns an error that wraps the cause; so it does if
-// the server refuses a pull as it would refuse every later one
-// ([ErrPullRefused]). Other failures of a pull, and a lost connection that
-// the client restores, make it pull again after a pause, and go to the
-// [WithErrorHandler] function.
+// If s is stopped, before or while Run runs, Run stops as if ctx were
+// done, without the grace period (it notices within about 100ms), and
+// returns [workerpool.ErrStopped]. If the consumer or its stream is
+// deleted, or the connection is closed, Run stops likewise and returns an
+// error that wraps the cause; so it does if the server refuses a pull as
+// it would refuse every later one ([ErrPullRefused]). Other failures of a
+// pull, and a lost connection that the client restores, make it pull
+// again after a pause, and go to the [WithErrorHandler] function. After a
+// stop caused by ctx, Run returns nil, or an error wrapping
+// [ErrNotConfirmed] if the server did not confirm all that the stop
+// settled.
 //
 // Run reads the consumer's AckWait, BackOff and MaxDeliver when it starts
 // and again every progress interval; its pull limits (MaxRequestBatch,
 // MaxRequestExpires) only when it starts.
-func Run(ctx context.Context, s workerpool.Submitter, cons jetstream.Consumer, h Handler, opts ...Option) error {
+func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, cons jetstream.Consumer, h Handler, opts ...Option) error {
 	switch {
 	case ctx == nil:
 		return errors.New("natsjs: Run: ctx is nil")
-	case s == nil || reflect.ValueOf(s).IsNil():
+	case isNil(s):
 		return errors.New("natsjs: Run: the pool is nil")
-	case cons == nil || reflect.ValueOf(cons).Kind() == reflect.Pointer && reflect.ValueOf(cons).IsNil():
+	case isNil(js):
+		return errors.New("natsjs: Run: js is nil")
+	case isNil(cons):
 		return errors.New("natsjs: Run: the consumer is nil")
 	case h == nil:
 		return errors.New("natsjs: Run: the handler is nil")
@@ -153,16 +168,8 @@ func Run(ctx context.Context, s workerpool.Submitter, cons jetstream.Consumer, h
 		return fmt.Errorf("natsjs: Run: consumer %q has MaxRequestExpires %v; Run's pulls wait at least %v: %w", info.Name, c.MaxRequestExpires, minPullWait, ErrInvalidConsumer)
 	}
 	floor := redeliveryFloor(c)
-	progress := cfg.progress
-	if progress == 0 {
-		progress = floor / 3
-	}
-	if progress >= floor || progress <= 0 {
+	if cfg.progress != 0 && cfg.progress >= floor {
 		return fmt.Errorf("natsjs: Run: progress interval %v is not below consumer %q's shortest redelivery delay (AckWait or BackOff) %v: %w", cfg.progress, info.Name, floor, jetstream.ErrInvalidOption)
-	}
-	size := poolSize(s)
-	if cfg.maxInFlight == 0 {
-		cfg.maxInFlight = 2 * max(size, 1)
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -170,55 +177,71 @@ func Run(ctx context.Context, s workerpool.Submitter, cons jetstream.Consumer, h
 	if poolStopped(s) {
 		return workerpool.ErrStopped
 	}
-	r := newRun(ctx, s, cons, h, cfg, size)
-	r.name = info.Name
-	r.maxBatch = cfg.maxInFlight
+	r := &run{s: s, js: js, nc: js.Conn(), cons: cons, h: h, cfg: cfg, name: info.Name, flow: newFlow(), parent: ctx}
+	r.flow.minAhead = cfg.minAhead
+	r.runnerTask = r.runTask
+	if err := r.reach(ctx, info); err != nil {
+		return err
+	}
+	r.setConsumer(c)
+	r.reconnects = r.nc.Stats().Reconnects
+	if cfg.progress != 0 {
+		r.progressEvery.Store(int64(cfg.progress))
+	}
+	r.maxBatch = 1 << 30
 	if mb := c.MaxRequestBatch; mb > 0 {
-		r.maxBatch = min(r.maxBatch, mb)
+		r.maxBatch = mb
 	}
 	r.pullExpires = pullWait
 	if c.MaxRequestExpires > 0 {
 		r.pullExpires = min(r.pullExpires, c.MaxRequestExpires)
 	}
-	r.pullAt = max(1, min((cfg.maxInFlight-size)/2, r.maxBatch))
-	r.maxDeliver.Store(int64(c.MaxDeliver))
-	r.progressEvery.Store(int64(progress))
-	if cfg.js == nil {
-		r.path = &fetchPath{r: r, cons: cons}
-	} else {
-		if err := reaches(ctx, cfg.js, cons, info); err != nil {
-			r.cancel()
-			return err
-		}
-		raw, err := newRawPath(r, cfg.js, info)
-		if err != nil {
-			r.cancel()
-			return err
-		}
-		r.path = raw
-		r.pullDeadline = rawPullDeadline(r.pullExpires)
-		r.canCarry = !noCarry
+	r.pullDeadline = 2*r.pullExpires + time.Second
+	r.stopCtx, r.stopAll = context.WithCancel(ctx)
+	context.AfterFunc(r.stopCtx, r.beginStop)
+	r.hctx, r.hcancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := r.subscribe(info); err != nil {
+		r.stopAll()
+		r.hcancel()
+		return err
 	}
 	return r.run()
 }
 
-// reaches checks, before the raw path pulls through js, that js reaches
-// cons: the same consumer, not one of the same name in another domain or
-// account, whose pulls would never be answered.
-func reaches(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, info *jetstream.ConsumerInfo) error {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+// isNil reports whether v is nil, or a nil pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// reach checks, before Run pulls through js, that js reaches cons: the
+// same consumer, not one of the same name in another domain or account,
+// whose pulls would never be answered. It reads the stream's retention,
+// and times the round trips, the first measure of a pull's.
+func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	fresh, err := cons.Info(ctx)
+	fresh, err := r.cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("natsjs: Run: reading consumer %q: %w", info.Name, err)
 	}
-	via, err := js.Consumer(ctx, info.Stream, info.Name)
+	start := time.Now()
+	via, err := r.js.Consumer(ctx, info.Stream, info.Name)
 	if err != nil {
-		return fmt.Errorf("natsjs: WithJetStream: consumer %q of stream %q cannot be reached through js (%v): %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+		return fmt.Errorf("natsjs: Run: consumer %q of stream %q cannot be reached through js (%v): %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
 	}
+	r.sampleRTT(time.Since(start))
 	if got := via.CachedInfo(); got == nil || !got.Created.Equal(fresh.Created) {
-		return fmt.Errorf("natsjs: WithJetStream: js reaches another consumer %q of stream %q than cons: %w", info.Name, info.Stream, jetstream.ErrInvalidOption)
+		return fmt.Errorf("natsjs: Run: js reaches another consumer %q of stream %q than cons: %w", info.Name, info.Stream, jetstream.ErrInvalidOption)
 	}
+	stream, err := r.js.Stream(ctx, info.Stream)
+	if err != nil {
+		return fmt.Errorf("natsjs: Run: reading stream %q: %w", info.Stream, err)
+	}
+	r.workQueue = stream.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy
 	return nil
 }
 
@@ -251,32 +274,3 @@ func apiPrefix(opts jetstream.JetStreamOptions) string {
 	}
 	return jetstream.DefaultAPIPrefix
 }
-
-const (
-	// defaultAckWait is the server's AckWait for a consumer that sets none.
-	defaultAckWait = 30 * time.Second
-	// pullWait is how long one pull waits for messages: about the longest
-	// a stop waits for its pulls to end before it hands messages back (see
-	// the package doc). An idle process sends a few pulls a second.
-	pullWait = 250 * time.Millisecond
-	// minPullWait is the shortest pull Run sends; a consumer whose
-	// MaxRequestExpires is shorter would have it pull without a pause.
-	minPullWait = 10 * time.Millisecond
-	// poolPoll is how often Run checks whether its pool was stopped, and
-	// gives up on pulls and probes the server did not answer in time.
-	poolPoll = 100 * time.Millisecond
-	// apiTimeout bounds a handler's DoubleAck whose ctx has no deadline,
-	// as jetstream's default API timeout does for its own messages.
-	apiTimeout = 5 * time.Second
-)
-
-// settleTimeout bounds the wait for an ack's confirmation and for a
-// dead-letter publication. It is a variable so that a test can make it
-// longer than the test.
-var settleTimeout = 5 * time.Second
-
-// noCarry makes the raw path's acker confirm each batch of acks, freeing
-// its slots when the server answers, rather than carry the next pull in
-// the last ack, as the fetch path must: a benchmark measures what carrying
-// gives.
-var noCarry = false

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -14,10 +15,14 @@ import (
 type Option func(*config)
 
 // WithMaxInFlight bounds the messages the call of [Run] holds at once:
-// those waiting in the pool, running, or waiting for their ack to be sent,
-// and those its pulls may still bring. n must be at least 1; the default,
-// taken when Run starts, is twice the size of the pool or sub-pool: its
-// [workerpool.Pool.Size], or the limit of its [workerpool.Subpool.Status].
+// queued for a worker, running, or acked without the server having
+// confirmed it yet, and those its pulls may still bring. It is an upper
+// bound only: Run holds what its workers will run within a few pull round
+// trips (see [Run]), and never more than n. n must be at least 1. Without
+// it, the bound is the pool's size plus 500.
+//
+// The bound is also what one process that dies can leave to be handled
+// again: see the README's delivery table.
 func WithMaxInFlight(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -32,13 +37,34 @@ func WithMaxInFlight(n int) Option {
 // error, panicked or called runtime.Goexit) stays away before the server
 // delivers it again, as a function of the delivery that failed: 1 for the
 // first. A result of 0 or less redelivers at once. nil restores the
-// default, [DefaultBackoff].
+// default: the consumer's own BackOff, if it has one (the delay after
+// delivery d is BackOff[d-1], its last value for later ones), else
+// [DefaultBackoff].
 func WithBackoff(f func(delivery uint64) time.Duration) Option {
 	return func(c *config) { c.backoff = f }
 }
 
+// WithGracePeriod sets how long, once [Run]'s ctx is done, the running
+// handlers keep their ctx before Run cancels it. 0 cancels it at once; d
+// must not be negative. The default is [DefaultGracePeriod].
+func WithGracePeriod(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithGracePeriod(%v): the grace period must not be negative", d)
+			return
+		}
+		c.grace = d
+	}
+}
+
+// DefaultGracePeriod is how long, by default, running handlers keep their
+// ctx once [Run]'s ctx is done: long enough for most jobs to finish, short
+// enough that a stop, its settling included, fits in the 30 seconds an
+// orchestrator such as Kubernetes gives a process before it kills it.
+const DefaultGracePeriod = 10 * time.Second
+
 // WithProgressInterval sets how often [Run] tells the server that each
-// message it holds, waiting in the pool or running, is still in progress,
+// message it holds, waiting for a worker or running, is still in progress,
 // which restarts the message's AckWait. 0 uses the default, a third of the
 // consumer's shortest redelivery delay: its AckWait, or the shortest of
 // its BackOff durations if it has some. d must not be negative, and must
@@ -54,22 +80,29 @@ func WithProgressInterval(d time.Duration) Option {
 }
 
 // WithDeadLetter makes [Run] publish, with js, a copy of every message
-// whose handler failed on its last delivery (the consumer's MaxDeliver) to
-// subject, before it terminates the message. The copy has the message's
-// payload and headers, except headers named Nats-*, which are instructions
-// to the server for the original publication (a Nats-Expected-* header
-// would make the copy's publication fail); their values are kept under
-// Natsjs-Original-*. Headers Natsjs-Stream, Natsjs-Consumer, Natsjs-Subject,
-// Natsjs-Sequence, Natsjs-Deliveries and Natsjs-Error say where the message
-// came from and why it failed.
+// whose handler failed for the last time (on the consumer's MaxDeliver, or
+// with a [Permanent] error) to subject, before it terminates the message.
+// The copy has the message's payload and headers, except headers named
+// Nats-*, which are instructions to the server for the original
+// publication (a Nats-Expected-* header would make the copy's publication
+// fail); their values are kept under Natsjs-Original-*. Headers
+// Natsjs-Stream, Natsjs-Consumer, Natsjs-Subject, Natsjs-Sequence,
+// Natsjs-Deliveries and Natsjs-Error say where the message came from and
+// why it failed (for a panic, its value). The copy's Nats-Msg-Id is
+// "natsjs-dead:<stream>:<sequence>:<timestamp>", the same for every copy of
+// one message, so that a stream with a duplicate window keeps one copy
+// when Run publishes it again after a publication whose answer was lost.
 //
-// A stream must capture subject: if the copy cannot be published, Run does
-// not terminate the message, which then stays in its stream (the server
+// A stream must capture subject: if the copy cannot be published within
+// the settle timeout (5s, retrying), Run does not terminate the message,
+// which then stays in its stream (on its last delivery, the server
 // delivers it no more) rather than be lost, and Run tells the
 // [WithErrorHandler] function.
 //
 // js must not be nil, and subject must be one a message can be published
-// to: not empty, without a wildcard or white space.
+// to: not empty, without a wildcard or white space. The js of Run's
+// arguments pulls; this one only publishes dead letters, and may reach
+// another domain or account.
 func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 	return func(c *config) {
 		switch {
@@ -83,69 +116,46 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 	}
 }
 
-// WithJetStream gives [Run] the JetStream context cons came from, so that
-// it pulls on that context's connection itself instead of through cons's
-// Fetch: one subscription for the whole run rather than one per pull,
-// several pulls out at once, and each batch's last ack carrying the next
-// pull, so that a handled message's slot is reused without waiting for the
-// server to confirm its ack. A jetstream.Consumer does not expose its
-// connection, hence the option. Every promise of Run holds either way.
-//
-// What it buys, measured at commit 87c4e7c on an embedded server on
-// loopback, a pool of 8, the default bound, medians of interleaved rounds
-// (natsjs/README.md has the command and every figure): 1.66 times the
-// jobs per second at 0.61 times the CPU time per job on empty jobs, 1.09
-// times at 0.68 times on jobs of 1ms.
-//
-// js must not be nil, and must reach cons: before it takes a message, Run
-// checks, with two round trips (the consumer's info through cons and
-// through js), that the consumer js finds under cons's stream and name is
-// cons, created at the same instant, and returns an error wrapping
-// jetstream.ErrInvalidOption otherwise (a js of another domain, API
-// prefix, account or server). The js of [WithDeadLetter] only publishes dead
-// letters: Run pulls through a js only if WithJetStream names it, so
-// that a dead-letter subject in another domain or account works as well.
-func WithJetStream(js jetstream.JetStream) Option {
-	return func(c *config) {
-		if js == nil {
-			c.invalid("WithJetStream: js is nil")
-			return
-		}
-		c.js = js
-	}
-}
-
-// WithErrorHandler sets a function that [Run] tells of every failure it
-// does not return: a pull the server did not answer or refused for a
-// while, a Nak, Term or progress message that could not be sent, an ack
-// whose processing the server did not confirm ([ErrNotConfirmed]), a
-// dead-letter copy that could not be published. A failure of one message
-// is a [*MessageError], which names the message's stream sequence. Run
-// calls f from its own goroutines, one call at a time; f must not block
-// for long. nil, the default, drops them.
+// WithErrorHandler sets a function that [Run] tells of what goes wrong
+// without ending it: each handler failure, as a [*HandlerError] (after
+// Run settled the message); each message Run could not settle, as a
+// [*MessageError] (an ack, Nak, Term or progress message that could not
+// be sent, a settling the server did not confirm, a copy that could not be
+// published); a pull the server did not answer or refused for a while.
+// Run calls f from its own goroutines and from the pool's workers, one
+// call at a time, after it settled the message concerned; f must not
+// block for long. A panic in f is logged (log/slog) and dropped. nil, the
+// default, drops them.
 func WithErrorHandler(f func(error)) Option {
 	return func(c *config) { c.onError = f }
 }
 
-// DefaultBackoff is the delay [WithBackoff] uses by default: 1s after the
-// first failed delivery, doubling with each delivery up to a minute.
+// DefaultBackoff is the delay [Run] uses by default, for a consumer
+// without a BackOff of its own, before a failed message comes back: for
+// delivery d, a random duration between half and all of 2^(d-1) seconds,
+// capped at a minute (between 0.5s and 1s after the first failure, 1s and
+// 2s after the second, ...). The randomness spreads the retries of jobs
+// that failed together, such as when a service they depend on was down.
 func DefaultBackoff(delivery uint64) time.Duration {
 	if delivery < 1 {
 		delivery = 1
 	}
-	return min(time.Second<<min(delivery-1, 6), time.Minute)
+	base := min(time.Second<<min(delivery-1, 6), time.Minute)
+	return base/2 + rand.N(base/2+1)
 }
 
 // config is one Run call's configuration after options were applied.
 type config struct {
-	maxInFlight       int                 // 0: twice the pool's size
-	js                jetstream.JetStream // nil: pull with Fetch
+	maxInFlight       int // 0: no bound but the pool's size + maxAhead
 	backoff           func(uint64) time.Duration
+	grace             time.Duration
 	progress          time.Duration // 0: a third of the shortest redelivery delay
 	deadLetterJS      jetstream.JetStream
 	deadLetterSubject string
 	onError           func(error)
-	err               error // the first invalid option
+	settleTimeout     time.Duration // set by tests only; 0: settleTimeout
+	minAhead          int           // set by tests only: see flow.minAhead
+	err               error         // the first invalid option
 }
 
 // invalid records an invalid option, unless one was recorded already.
@@ -157,7 +167,7 @@ func (c *config) invalid(format string, args ...any) {
 
 // newConfig applies opts; the config's err says whether one was invalid.
 func newConfig(opts []Option) config {
-	var c config
+	c := config{grace: DefaultGracePeriod}
 	for i, opt := range opts {
 		if opt == nil {
 			c.invalid("option %d is nil", i)
@@ -165,8 +175,8 @@ func newConfig(opts []Option) config {
 		}
 		opt(&c)
 	}
-	if c.backoff == nil {
-		c.backoff = DefaultBackoff
+	if c.settleTimeout <= 0 {
+		c.settleTimeout = settleTimeout
 	}
 	return c
 }

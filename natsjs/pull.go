@@ -4,82 +4,198 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A path is how a run talks to the server: how it asks for messages, and
-// how the last ack of a batch frees the batch's slots. Run takes one of
-// two. rawPath, when [WithJetStream] gives it the connection, sends raw
-// pull requests on one subscription of its own, several at once, and
-// carries a pull in an ack (raw.go). fetchPath, without it, pulls with the
-// consumer's own Fetch, and frees a batch's slots once the server confirms
-// its last ack (fetch.go). The rest of the run, the slot book, the hand-off
-// to the pool, progress, settling and the stop, does not know which runs.
-type path interface {
-	// pull asks the server for n messages, in the slots that pull id of
-	// the slot book took, and returns without waiting for them. Each
-	// message goes to run.deliver; the pull ends with slots.ended, or, if
-	// the path gives its pulls a deadline (run.pullDeadline), when the
-	// watcher gives up on it.
-	pull(id uint64, n int) error
-	// carry sends m's ack carrying pull id of n messages, which the
-	// server registers only once it has processed the ack. Only called
-	// if run.canCarry.
-	carry(m *message, id uint64, n int) error
-	// confirm acks m, or, on the raw path, acks it again, asking the
-	// server to say when it has processed that ack, and so every ack
-	// the connection sent to the consumer before: probe id of the slot
-	// book ends when it does (slots.endProbe), or fails (probeFailed).
-	confirm(m *message, id uint64)
-	// closed reports whether the connection was closed for good, so that
-	// no pull the path sent can end or bring anything: then the run gives
-	// them up. The fetch path, whose pulls end by themselves, says false.
-	closed() bool
-	// close ends the path once nothing is owed and no probe is out: it
-	// unsubscribes, and waits for the goroutines it started.
-	close()
+// Run pulls on one subscription, made when it starts, to a wildcard under
+// a fresh inbox, on js's connection: each pull, and each probe, has its
+// own reply subject under it (inbox.p<id>, inbox.c<id>), so that a status
+// or an answer names what it ends. The server delivers messages with
+// their own subject, so a message does not say which pull it was for: the
+// flow counts what is owed as a whole. The client restores the
+// subscription after a reconnection; the pulls sent before it stay owed
+// until their deadline, as the server may still serve them.
+//
+// Several pulls may be out at once. A pull is either plain, sent by the
+// puller (Run's own goroutine) with slots no unconfirmed ack holds, or
+// carried by the ack of a message a runner handled (+NXT), with that
+// message's slot and those of the plain acks sent before (see flow).
+
+// subscribe makes r's subscription.
+func (r *run) subscribe(info *jetstream.ConsumerInfo) error {
+	r.nextSubject = apiPrefix(r.js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
+	r.inbox = r.nc.NewInbox() + "."
+	sub, err := r.nc.Subscribe(r.inbox+"*", r.receive)
+	if err != nil {
+		return fmt.Errorf("natsjs: Run: subscribing: %w", err)
+	}
+	// The subscription's pending messages are bounded by the flow.
+	_ = sub.SetPendingLimits(-1, -1)
+	r.sub = sub
+	return nil
 }
 
-// pullLoop is the puller: it sends a plain pull whenever free slots are
-// available, until r.ctx is done. While messages wait for the workers it
-// waits for pullAt free slots, to send fewer, larger pulls.
+// pullBody appends the JSON of a pull of n messages to buf.
+func (r *run) pullBody(buf []byte, n int) []byte {
+	buf = append(buf, `{"batch":`...)
+	buf = strconv.AppendInt(buf, int64(n), 10)
+	buf = append(buf, `,"expires":`...)
+	buf = strconv.AppendInt(buf, r.pullExpires.Nanoseconds(), 10)
+	return append(buf, '}')
+}
+
+// pullReply returns the reply subject of pull id.
+func (r *run) pullReply(id uint64) string { return r.inbox + "p" + strconv.FormatUint(id, 10) }
+
+// probeReply returns the reply subject of probe id.
+func (r *run) probeReply(id uint64) string { return r.inbox + "c" + strconv.FormatUint(id, 10) }
+
+// sendPull sends plain pull id of n messages.
+func (r *run) sendPull(id uint64, n int) {
+	if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(id), r.pullBody(nil, n)); err != nil {
+		r.flow.ended(id, -1)
+		r.pullFailed(fmt.Errorf("sending a pull: %w", err))
+	}
+}
+
+// sendCarry sends m's ack carrying pull id of n messages.
+func (r *run) sendCarry(m *message, id uint64, n int) error {
+	body := r.pullBody(append(make([]byte, 0, 48), "+NXT "...), n)
+	return r.nc.PublishRequest(m.msg.Reply, r.pullReply(id), body)
+}
+
+// probe sends probe id: m's ack again, with a reply, which the server
+// answers once it processed it and every ack the connection sent to the
+// consumer before.
+func (r *run) probe(m *message, id uint64) {
+	if err := r.nc.PublishRequest(m.msg.Reply, r.probeReply(id), ackAck); err != nil {
+		r.flow.endProbe(id)
+		r.report(fmt.Errorf("natsjs: Run: consumer %q: probing acks: %w: %w", r.name, ErrNotConfirmed, err))
+	}
+}
+
+// probeAcked probes the acked slots, if any, so that plain pulls can take
+// them once the server confirms their acks.
+func (r *run) probeAcked() {
+	last := r.lastAcked.Load()
+	if last == nil {
+		return
+	}
+	if id := r.flow.probeAcked(time.Now().Add(r.cfg.settleTimeout)); id != 0 {
+		r.probe(last, id)
+	}
+}
+
+// pullLoop is the puller: it sends the plain pulls the flow says are due,
+// and submits the runners it asks for, until the run stops.
 func (r *run) pullLoop() {
 	for {
-		if r.ctx.Err() != nil {
+		if r.stopCtx.Err() != nil {
 			return
 		}
 		if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
 			select {
 			case <-time.After(d):
-			case <-r.ctx.Done():
+			case <-r.stopCtx.Done():
 				return
 			}
 		}
-		want := 1
-		if r.waiting.Load() > 0 {
-			want = r.pullAt
-		}
-		var deadline time.Time // zero: the path ends its pulls itself
-		if r.pullDeadline > 0 {
-			deadline = time.Now().Add(r.pullDeadline)
-		}
-		id, n := r.slots.takeForPull(r.maxBatch, want, deadline)
-		if n == 0 {
-			select {
-			case <-r.slots.changed:
-			case <-r.pullNow:
-			case <-r.ctx.Done():
-				return
-			}
+		r.submitRunners(r.flow.dueRunners())
+		id, n, probe := r.flow.takeForPull(time.Now().Add(r.pullDeadline))
+		switch {
+		case n > 0:
+			r.sendPull(id, n)
 			continue
+		case probe:
+			r.probeAcked()
 		}
-		if err := r.path.pull(id, n); err != nil {
-			r.slots.ended(id, -1)
-			r.pullFailed(fmt.Errorf("sending a pull: %w", err))
+		select {
+		case <-r.flow.changed:
+		case <-r.stopCtx.Done():
+			return
 		}
+	}
+}
+
+// receive is the subscription's handler: it takes charge of a delivered
+// message, or of a status ending a pull, or of a probe's answer. The
+// client calls it from one goroutine, in the order the server sent.
+func (r *run) receive(msg *nats.Msg) {
+	status := msg.Header.Get("Status")
+	if msg.Reply != "" && (status == "" || len(msg.Data) > 0) {
+		r.deliver(msg)
+		return
+	}
+	suffix, ok := strings.CutPrefix(msg.Subject, r.inbox)
+	if !ok || len(suffix) < 2 {
+		return
+	}
+	id, err := strconv.ParseUint(suffix[1:], 10, 64)
+	if err != nil {
+		return
+	}
+	switch suffix[0] {
+	case 'c': // a probe's answer: the server processed the acks before it
+		r.flow.endProbe(id)
+	case 'p':
+		r.pullStatus(id, status, msg.Header.Get("Description"), msg.Header)
+	}
+}
+
+// deliver takes charge of a message a pull brought.
+func (r *run) deliver(msg *nats.Msg) {
+	if r.pause.Load() != 0 {
+		r.pause.Store(0)
+	}
+	m := &message{msg: msg, nc: r.nc}
+	taken, runners := r.flow.delivered(m)
+	if !taken {
+		// No slot for it (a pull given up on delivered late, every slot
+		// taken), or the stop has handed back the rest: it goes back.
+		r.handBackLate(m)
+		return
+	}
+	r.submitRunners(runners)
+}
+
+// pullStatus takes charge of a status the server sent to pull id.
+func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
+	pending := -1 // all of the pull's messages, unless the status says
+	if v := hdr.Get("Nats-Pending-Messages"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			pending = n
+		}
+	}
+	lower := strings.ToLower(desc)
+	switch {
+	case status == "100":
+		return // a heartbeat: the pull goes on
+	case status == "408" && pending >= 0:
+		// The pull expired: the usual end of a pull on an idle stream.
+		r.flow.ended(id, pending)
+		return
+	}
+	r.flow.ended(id, pending)
+	switch {
+	case status == "409" && strings.Contains(lower, "consumer deleted"):
+		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
+	case status == "409" && (strings.HasPrefix(lower, "exceeded maxrequest") || strings.Contains(lower, "push based")),
+		status == "400":
+		// The next pull would be refused alike.
+		r.end(fmt.Errorf("natsjs: Run: consumer %q: %s %s: %w", r.name, status, desc, ErrPullRefused))
+	case status == "503":
+		// No responders: the consumer or its stream may be gone.
+		r.pullFailed(fmt.Errorf("pull: no responders: %w", nats.ErrNoResponders))
+		r.checkConsumer()
+	default:
+		// Exceeded MaxWaiting, Leadership Change, Server Shutdown, ...:
+		// worth another pull, after a pause.
+		r.pullFailed(fmt.Errorf("pull: %s %s", status, desc))
 	}
 }
 
@@ -96,63 +212,43 @@ func (r *run) pullFailed(err error) {
 	r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
 }
 
-// consumerDeleted ends the run: the server said the consumer is gone.
-func (r *run) consumerDeleted() {
-	r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
-}
-
-// pullRefused ends the run: the server refused a pull, why, as it would
-// refuse every later one.
-func (r *run) pullRefused(why string) {
-	r.end(fmt.Errorf("natsjs: Run: consumer %q: %s: %w", r.name, why, ErrPullRefused))
-}
-
-// deliver takes charge of a message a pull brought, in a slot it owed.
-func (r *run) deliver(w jetstream.Msg) {
-	if r.pause.Load() != 0 {
-		r.pause.Store(0)
-	}
-	m := &message{wire: w}
-	if !r.slots.delivered() {
-		// A message for a pull given up on, with every slot taken: it
-		// goes back to the server at once.
-		r.sent(m, "nak", w.Nak())
-		return
-	}
-	m.task = func() { r.runTask(m) }
-	r.register(m)
-}
-
 // checkConsumer asks the server, in the background, whether the consumer
-// still exists, and ends the run if it does not. One check at a time.
+// still exists, and ends the run if it does not. One check at a time, and
+// none once the run has ended: the end waits for the checks under way.
 func (r *run) checkConsumer() {
 	if !r.checking.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
+	r.bgMu.Lock()
+	defer r.bgMu.Unlock()
+	if r.bgClosed {
+		r.checking.Store(false)
+		return
+	}
+	r.bg.Go(func() {
 		defer r.checking.Store(false)
 		r.refresh()
-	}()
+	})
 }
 
 // refresh reads the consumer's configuration again, so that a change of
 // its AckWait, BackOff or MaxDeliver takes effect, and ends the run if the
-// consumer or its stream is gone.
+// consumer or its stream is gone. Its round trip is a sample of the time
+// a pull takes to come back.
 func (r *run) refresh() {
-	ctx, cancel := context.WithTimeout(r.ctx, settleTimeout)
+	ctx, cancel := context.WithTimeout(r.stopCtx, r.cfg.settleTimeout)
 	defer cancel()
+	start := time.Now()
 	info, err := r.cons.Info(ctx)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
 	case err != nil:
-		if r.ctx.Err() == nil {
+		if r.stopCtx.Err() == nil {
 			r.report(fmt.Errorf("natsjs: Run: reading consumer %q: %w", r.name, err))
 		}
 	default:
-		r.maxDeliver.Store(int64(info.Config.MaxDeliver))
-		if r.cfg.progress == 0 {
-			r.progressEvery.Store(int64(redeliveryFloor(info.Config) / 3))
-		}
+		r.sampleRTT(time.Since(start))
+		r.setConsumer(info.Config)
 	}
 }

@@ -23,7 +23,7 @@ import (
 // tests wait on the clock (AckWaits, backoffs, reconnections, the last
 // pulls of a stop) rather than the CPU, and the default, GOMAXPROCS, would
 // run two at a time on a 2-core machine, which makes one run of the
-// package, every promise tested on both pull paths, take over a minute.
+// package take over a minute.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
@@ -103,17 +103,22 @@ func workQueue(t testing.TB, js jetstream.JetStream, ackWait time.Duration, maxD
 }
 
 // publishJobs publishes n jobs on jobs.<i>, with payload and Nats-Msg-Id
-// the job's number.
+// the job's number, and waits until the stream has stored them all.
 func publishJobs(t testing.TB, js jetstream.JetStream, n int) {
 	t.Helper()
 	for i := range n {
 		id := strconv.Itoa(i)
-		_, err := js.PublishMsg(context.Background(), &nats.Msg{
+		_, err := js.PublishMsgAsync(&nats.Msg{
 			Subject: "jobs." + id,
 			Data:    []byte(id),
 			Header:  nats.Header{"Nats-Msg-Id": []string{id}},
 		})
 		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(waitFor):
+		t.Fatal("publishing timed out")
 	}
 }
 
@@ -146,52 +151,33 @@ func consumerInfo(t testing.TB, cons jetstream.Consumer) *jetstream.ConsumerInfo
 	return info
 }
 
+// recv returns what ch delivers, or fails the test if it delivers nothing
+// within waitFor: a Run that returned early, or a handler that never
+// started, fails the test instead of hanging it.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("%s: nothing within %v", what, waitFor)
+		panic("unreachable")
+	}
+}
+
 // eventually fails the test unless cond holds within waitFor.
 func eventually(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
 	require.Eventually(t, cond, waitFor, 5*time.Millisecond, msgAndArgs...)
 }
 
-// A pullPath is one of Run's two ways to pull: jetstream's own Fetch on
-// the consumer (no option), or raw pulls on the connection of the
-// JetStream context WithJetStream gives. Every test of a promise that
-// concerns pulling runs against both (see forEachPath).
-type pullPath struct {
-	name   string
-	withJS bool
-}
-
-var pullPaths = []pullPath{{"Fetch", false}, {"WithJetStream", true}}
-
-// opts returns the options that make Run take this path, with js, then
-// opts.
-func (pp pullPath) opts(js jetstream.JetStream, opts ...natsjs.Option) []natsjs.Option {
-	if !pp.withJS {
-		return opts
-	}
-	return append([]natsjs.Option{natsjs.WithJetStream(js)}, opts...)
-}
-
-// forEachPath runs test once per pull path, as parallel subtests named
-// after the path: each starts its own server, and most wait on the clock
-// rather than the CPU.
-func forEachPath(t *testing.T, test func(t *testing.T, via pullPath)) {
-	t.Helper()
-	for _, pp := range pullPaths {
-		t.Run(pp.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, pp)
-		})
-	}
-}
-
 // consuming runs Run in a goroutine until the returned stop function is
 // called, which cancels its ctx and returns Run's error.
-func consuming(t testing.TB, s workerpool.Submitter, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
+func consuming(t testing.TB, s workerpool.Submitter, js jetstream.JetStream, cons jetstream.Consumer, h natsjs.Handler, opts ...natsjs.Option) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- natsjs.Run(ctx, s, cons, h, opts...) }()
+	go func() { done <- natsjs.Run(ctx, s, js, cons, h, opts...) }()
 	var once sync.Once
 	var err error
 	stop = func() error {

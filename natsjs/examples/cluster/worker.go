@@ -31,7 +31,7 @@ func runWorker(id int, url string, size int) error {
 	}
 	p := workerpool.New(size)
 	defer p.StopWait()
-	return natsjs.Run(ctx, p, cons, func(ctx context.Context, msg jetstream.Msg) error {
+	return natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		md, err := msg.Metadata()
 		if err != nil {
 			return err
@@ -48,5 +48,5 @@ func runWorker(id int, url string, size int) error {
 		out.Header.Set("Delivery", strconv.FormatUint(md.NumDelivered, 10))
 		_, err = js.PublishMsg(context.WithoutCancel(ctx), out)
 		return err
-	}, natsjs.WithJetStream(js)) // pull on js's connection: cheaper per job
+	})
 }

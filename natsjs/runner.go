@@ -1,0 +1,144 @@
+package natsjs
+
+import (
+	"errors"
+	"runtime/debug"
+	"time"
+
+	"github.com/dispatchkit/workerpool"
+)
+
+// Run's tasks on the pool are runners, not messages: a runner, once the
+// pool starts it on a worker, runs the queued messages one after another
+// until none is left, then gives the worker back. So a steady stream of
+// messages costs one hand-off to the pool per turn of a runner, not one
+// per message. A runner's turn lasts about a horizon (see flow): once it
+// has run messages that long, it submits another runner in its place and
+// gives its worker back, so that the pool's other work, its sub-pools and
+// other Runs get their turns as they would between tasks. Runners are
+// submitted with TrySubmit, which never runs one in the submitter: a pool
+// whose bounded queue is full gets it again at the watcher's next poll.
+
+// errGoexit stands for the failure of a handler that called
+// runtime.Goexit.
+var errGoexit = errors.New("natsjs: the handler called runtime.Goexit")
+
+// submitRunners submits n runners, which the flow counted pending.
+func (r *run) submitRunners(n int) {
+	for i := range n {
+		if err := r.s.TrySubmit(r.runnerTask); err != nil {
+			r.flow.unsubmitted(n - i)
+			if errors.Is(err, workerpool.ErrStopped) {
+				r.end(workerpool.ErrStopped)
+			}
+			return
+		}
+	}
+}
+
+// runTask is a runner: Run's task on the pool, r.runnerTask.
+func (r *run) runTask() {
+	rn := newRunner()
+	if !r.flow.start(rn) {
+		return // the run is stopping or over
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			// A handler panicked or called runtime.Goexit, after its
+			// message was settled: another runner takes over.
+			r.submitRunners(r.flow.died(rn))
+		}
+	}()
+	start := time.Now()
+	yield := false
+	for m := r.next(rn, false); m != nil; m = r.next(rn, yield) {
+		now := r.handle(m)
+		if now.Sub(start) >= r.flow.horizonNow() && r.othersWait() && r.flow.yieldDue() {
+			if err := r.s.TrySubmit(r.runnerTask); err == nil {
+				yield = true
+			} else {
+				// Keep the worker: messages wait and no runner could
+				// take over.
+				r.flow.unsubmitted(1)
+				if errors.Is(err, workerpool.ErrStopped) {
+					r.end(workerpool.ErrStopped)
+				}
+			}
+		}
+		if !yield && now.Sub(start) >= r.flow.horizonNow() {
+			start = now // a new turn
+		}
+	}
+	ended = true
+}
+
+// othersWait reports whether other tasks may be waiting for the pool's
+// workers, so that a runner that has had its turn should yield: for a
+// *workerpool.Pool, whether its queue holds any; for a sub-pool, whose
+// pool's queue is not visible, always.
+func (r *run) othersWait() bool {
+	if p, ok := r.s.(*workerpool.Pool); ok {
+		return p.WaitingQueueSize() > 0
+	}
+	return true
+}
+
+// next returns the next message rn runs, or nil once rn must give its
+// worker back. A handler that made Run's ctx done, or saw it done, has
+// returned before this: no handler starts after it, whether the
+// AfterFunc that stops the flow has run yet or not.
+func (r *run) next(rn *runner, yield bool) *message {
+	if r.stopCtx.Err() != nil {
+		r.beginStop()
+	}
+	m, linger := r.flow.next(rn, yield, monotonic())
+	if !linger {
+		return m
+	}
+	horizon := r.flow.horizonNow()
+	if rn.timer == nil {
+		rn.timer = time.NewTimer(horizon)
+	} else {
+		rn.timer.Reset(horizon)
+	}
+	select {
+	case m = <-rn.wake: // nil at a stop
+		rn.timer.Stop()
+		return m
+	case <-rn.timer.C:
+		if r.flow.unlinger(rn) {
+			return nil
+		}
+		return <-rn.wake // handed to it as the horizon passed
+	}
+}
+
+// handle runs the handler on m and settles m, and returns when it ended.
+// A handler that panics has m settled, then its panic goes on to the pool,
+// which counts it and passes it to its panic handler; one that calls
+// runtime.Goexit has m settled, then its goroutine ends.
+func (r *run) handle(m *message) time.Time {
+	start := time.Now()
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		v := recover() // nil for runtime.Goexit
+		err := errGoexit
+		if v != nil {
+			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
+		}
+		r.settle(m, err)
+		if v != nil {
+			panic(v)
+		}
+	}()
+	err := r.h(r.hctx, m)
+	returned = true
+	r.settle(m, err)
+	end := time.Now()
+	r.flow.sample(end.Sub(start))
+	return end
+}
