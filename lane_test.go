@@ -62,13 +62,13 @@ func drain(t *testing.T, p *workerpool.Pool, resume func()) {
 	require.Equal(t, s.Submitted, s.Completed)
 }
 
-// TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure queues one prepared func
-// a million times, so that no closure is allocated per task: the heap's
-// growth is the queue's own cost per waiting task. The bound is the target
-// of the performance work: 16 bytes, twice a func value's 8, which leaves
-// room for the queue's doubling growth (a million tasks in 2^20 slots of 8
-// bytes take 8.4 bytes each). Once the queue drains, the heap returns to
-// where it started: the queue gives its memory back.
+// TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure queues one prepared
+// func a million times, so that no closure is allocated per task: the heap's
+// growth is the queue's own cost per waiting task. The bound is the target of
+// the performance work: 16 bytes, twice a func value's 8, which leaves room for
+// the queue's doubling growth (a million tasks in 2^20 slots of 8 bytes take
+// 8.4 bytes each). Once the queue drains, the heap returns to where it started:
+// the queue gives its memory back.
 func TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure(t *testing.T) {
 	synctest.Test(t, testMemoryOfAWaitingTask)
 }
@@ -125,11 +125,11 @@ func reachable(ws []weak.Pointer[payload]) int {
 // allocations, and a thousandth of the 8 MB a million queued tasks take.
 const heapMargin = 64 << 10
 
-// TestMemoryOfFinishedTasksIsReleased queues a million closures, each holding its
-// own object, drains them with the pool still running, and checks with weak
+// TestMemoryOfFinishedTasksIsReleased queues a million closures, each holding
+// its own object, drains them with the pool still running, and checks with weak
 // pointers that a sample of the objects, the first and the last among them,
-// were collected: neither the queue nor an idle worker keeps a finished
-// task's closure alive. The heap also returns to its starting size.
+// were collected: neither the queue nor an idle worker keeps a finished task's
+// closure alive. The heap also returns to its starting size.
 func TestMemoryOfFinishedTasksIsReleased(t *testing.T) {
 	synctest.Test(t, testMemoryOfFinishedTasks)
 }

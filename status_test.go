@@ -170,12 +170,12 @@ func TestSubpoolStatusStaysInRangeInEverySnapshot(t *testing.T) {
 	require.Equal(t, st.Submitted, st.Completed, "StopWait ran everything: %+v", st)
 }
 
-// TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot reads the Status
-// of a pool with sub-pools, and of one of them, in a loop while submitters
-// flood them against a bound of three: no snapshot shows more of the
-// sub-pool's tasks running than its limit (as Subpool.Status promises) or
-// more of them panicked than completed, more than three tasks waiting, or a PeakWaiting above three, and a
-// sub-pool's PeakWaiting, the highest Waiting seen, never falls.
+// TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot reads the Status of a
+// pool with sub-pools, and of one of them, in a loop while submitters flood
+// them against a bound of three: no snapshot shows more of the sub-pool's tasks
+// running than its limit (as Subpool.Status promises) or more of them panicked
+// than completed, more than three tasks waiting, or a PeakWaiting above three,
+// and a sub-pool's PeakWaiting, the highest Waiting seen, never falls.
 func TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot(t *testing.T) {
 	const bound, limit = 3, 2
 	p := workerpool.New(4, workerpool.WithMaxWaiting(bound), // Block
