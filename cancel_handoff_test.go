@@ -10,6 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/dispatchkit/workerpool"
 )
 
@@ -256,5 +259,47 @@ func TestIdleWorkersAreReapedAfterCallsGaveUp(t *testing.T) {
 		if st.Workers != 0 {
 			t.Fatalf("round %d: %d idle worker(s) still there 7.5 idle timeouts after the last task (Busy %d, Waiting %d, Canceled %d)", round, st.Workers, st.Busy, st.Waiting, st.Canceled)
 		}
+	}
+}
+
+// TestACallThatGaveUpInTheBufferTakesNoRoomInABoundedQueue has a Call give
+// up while its task waits in the hand-off buffer behind another waiting
+// task, on a pool of one busy worker and a bound of two: one task waits,
+// so there is room for one more, which TrySubmit (under Reject) gets at
+// once and Submit (under Block) without waiting. The given-up task's
+// revoked hand-off still counted against the bound: TrySubmit said the
+// queue was full, and Submit waited until the busy task ended.
+func TestACallThatGaveUpInTheBufferTakesNoRoomInABoundedQueue(t *testing.T) {
+	for _, overflow := range []workerpool.Overflow{workerpool.Reject, workerpool.Block} {
+		t.Run(overflow.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1, workerpool.WithMaxWaiting(2), workerpool.WithOverflow(overflow))
+				require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
+				synctest.Wait()
+				require.NoError(t, p.Submit(func() {})) // waits in the buffer
+				ctx, cancel := context.WithCancel(context.Background())
+				callErr := make(chan error)
+				go func() {
+					_, err := workerpool.Call(ctx, p, func(context.Context) (int, error) { return 0, nil })
+					callErr <- err
+				}()
+				synctest.Wait() // the Call's task waits in the buffer too
+				cancel()
+				require.ErrorIs(t, <-callErr, context.Canceled)
+				synctest.Wait()
+				require.Equal(t, 1, p.Status().Waiting)
+
+				start := time.Now()
+				if overflow == workerpool.Reject {
+					assert.NoError(t, p.TrySubmit(func() {}), "one task waits of a bound of two")
+				} else {
+					assert.NoError(t, p.Submit(func() {}))
+				}
+				assert.Zero(t, time.Since(start), "accepted at once: one task waits of a bound of two")
+				synctest.Wait()
+				assert.Equal(t, 2, p.Status().Waiting)
+				p.Stop()
+			})
+		})
 	}
 }

@@ -657,3 +657,84 @@ func TestACallGivingUpAsThePoolStopsIsCountedInItsSubpoolToo(t *testing.T) {
 		}
 	}
 }
+
+// busyWithOne returns a pool of one worker running a task that blocks
+// until release is called, once Status shows that task Busy: from then on,
+// nothing but the test's own calls moves a count.
+func busyWithOne(t *testing.T) (p *workerpool.Pool, release func()) {
+	t.Helper()
+	p = workerpool.New(1)
+	release = hold(t, p, 1)
+	for p.Status().Busy != 1 {
+		runtime.Gosched()
+	}
+	return p, release
+}
+
+// TestTheCountsBalanceRightAfterAGivenUpCallReturns has a Call give up
+// while its task waits behind the one busy worker, on the real scheduler:
+// once Call has returned ctx.Err(), Status counts the task Canceled and
+// not Waiting, and the counts balance. The dispatcher counted Canceled
+// after the Call had returned, so a Status read then did not balance.
+func TestTheCountsBalanceRightAfterAGivenUpCallReturns(t *testing.T) {
+	for round := range rounds(400) {
+		p, release := busyWithOne(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		errs := make(chan error, 1)
+		go func() {
+			_, err := workerpool.Call(ctx, p, func(context.Context) (int, error) { return 0, nil })
+			errs <- err
+		}()
+		for p.Status().Submitted < 2 {
+			runtime.Gosched()
+		}
+		cancel()
+		require.ErrorIs(t, <-errs, context.Canceled, "the one worker is busy: the Call cannot start")
+		s := p.Status()
+		release()
+		p.StopWait()
+		if s.Waiting != 0 || s.Canceled != 1 || !balanced(s) {
+			t.Fatalf("round %d: right after Call returned: %s", round, fmtStatus(s))
+		}
+	}
+}
+
+// TestTheCountsBalanceRightAfterACanceledGroupOrMapReturns is the same for
+// a Group's Wait and a Map whose context is done while their tasks wait:
+// once they have returned, none of the tasks counts Waiting, and the counts
+// balance.
+func TestTheCountsBalanceRightAfterACanceledGroupOrMapReturns(t *testing.T) {
+	for _, how := range []string{"Group.Wait", "Map"} {
+		t.Run(how, func(t *testing.T) {
+			for round := range rounds(300) {
+				p, release := busyWithOne(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				if how == "Map" {
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						_, _ = workerpool.Map(ctx, p, make([]int, 8), func(context.Context, int) (int, error) { return 0, nil })
+					}()
+					for p.Status().Submitted < 1+2 { // Map's window: twice the one worker
+						runtime.Gosched()
+					}
+					cancel()
+					<-done
+				} else {
+					g := p.Group(ctx)
+					for range 8 {
+						g.Go(func(context.Context) error { return nil })
+					}
+					cancel()
+					assert.ErrorIs(t, g.Wait(), context.Canceled)
+				}
+				s := p.Status()
+				release()
+				p.StopWait()
+				if s.Waiting != 0 || !balanced(s) {
+					t.Fatalf("round %d: right after %s returned: %s", round, how, fmtStatus(s))
+				}
+			}
+		})
+	}
+}

@@ -322,6 +322,126 @@ func TestAFreeWorkerStartsAWaitingTaskAfterASubpoolsStopTookBackItsTasks(t *test
 	}
 }
 
+// A worker that comes free finds the dispatcher's hand-offs revoked but
+// still in the buffer, while the only waiting tasks are of a lane a busy
+// key holds to free workers. The dispatcher must see the worker come free
+// and hand it a task: a free worker never sits beside waiting tasks.
+//
+// Two workers: k1 (sub-pool s) waits until one of s's unkeyed tasks has
+// run; the pool's task b frees its worker through a slow panic handler,
+// through a slow task observer, or (with MinWorkers 2, so that no reaping
+// tick wakes the dispatcher) through a quick panic handler. Between them,
+// 64 unkeyed tasks of s fill the buffer, k2 waits behind busy k1, and
+// s.Resize takes the 64 back, which leaves their hand-offs revoked in the
+// buffer. The dispatcher used to wait for a worker's report that never
+// came: in the third case, for ever.
+func TestAFreeWorkerStartsAWaitingTaskThoughTheBufferHoldsRevokedHandOffs(t *testing.T) {
+	var slowObserver atomic.Bool
+	for _, tc := range []struct {
+		name   string
+		opts   []workerpool.Option
+		ending func()
+	}{
+		{"after a slow panic handler", []workerpool.Option{workerpool.WithIdleTimeout(-1),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(time.Second) })}, func() { panic("b") }},
+		{"after a slow task observer", []workerpool.Option{workerpool.WithIdleTimeout(-1),
+			workerpool.WithTaskObserver(func(workerpool.TaskTiming) {
+				if slowObserver.CompareAndSwap(true, false) {
+					time.Sleep(time.Second)
+				}
+			})}, func() { slowObserver.Store(true) }},
+		{"with no reaping tick", []workerpool.Option{workerpool.WithMinWorkers(2),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(time.Millisecond) })}, func() { panic("b") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2, tc.opts...)
+				s := p.Subpool("s", 100)
+				sRan, giveUp, releaseB := make(chan struct{}), make(chan struct{}), make(chan struct{})
+				require.NoError(t, s.SubmitKey("k", func() {
+					select {
+					case <-sRan:
+					case <-giveUp:
+					}
+				}))
+				require.NoError(t, p.Submit(func() { <-releaseB; tc.ending() }))
+				synctest.Wait()
+				var once sync.Once
+				for range 64 {
+					require.NoError(t, s.Submit(func() { once.Do(func() { close(sRan) }) }))
+				}
+				require.NoError(t, s.SubmitKey("k", func() {})) // held back by busy k1
+				s.Resize(100)                                   // takes the 64 back
+				synctest.Wait()
+				close(releaseB)
+				if !waitOrTimeout(sRan, 10*time.Second) {
+					t.Errorf("b's worker came free and none of s's 64 waiting tasks started in 10 s: %s", fmtStatus(p.Status()))
+				}
+				close(giveUp)
+				p.StopWait()
+			})
+		})
+	}
+}
+
+// The same with the revoked hand-offs left by a sub-pool's Stop on a
+// bounded queue (whose buffer holds as many as the bound), under each
+// overflow policy, and by Calls that gave up while they waited in the
+// buffer: the task u, behind a second task of busy key k, waits for a
+// free worker, and b's worker comes free.
+func TestAFreeWorkerStartsAWaitingTaskAfterStopsAndGiveUpsLeftRevokedHandOffs(t *testing.T) {
+	type revoke func(t *testing.T, p *workerpool.Pool)
+	subpoolStop := func(t *testing.T, p *workerpool.Pool) {
+		s := p.Subpool("s", 10)
+		for range 4 { // the bound: the buffer's size
+			require.NoError(t, s.Submit(func() {}))
+		}
+		require.Len(t, s.Stop(), 4)
+	}
+	callsGiveUp := func(t *testing.T, p *workerpool.Pool) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { _, _ = workerpool.Call(ctx, p, func(context.Context) (int, error) { return 0, nil }) })
+		}
+		synctest.Wait()
+		cancel()
+		wg.Wait()
+	}
+	for _, tc := range []struct {
+		name   string
+		o      workerpool.Overflow
+		revoke revoke
+	}{
+		{"a sub-pool's Stop, block", workerpool.Block, subpoolStop},
+		{"a sub-pool's Stop, reject", workerpool.Reject, subpoolStop},
+		{"a sub-pool's Stop, caller-runs", workerpool.CallerRuns, subpoolStop},
+		{"calls that gave up", workerpool.Block, callsGiveUp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(tc.o), workerpool.WithMinWorkers(2),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(time.Millisecond) }))
+				uRan, releaseB := make(chan struct{}), make(chan struct{})
+				require.NoError(t, p.SubmitKey("k", func() { <-uRan }))
+				require.NoError(t, p.Submit(func() { <-releaseB; panic("b") }))
+				synctest.Wait()
+				tc.revoke(t, p)
+				synctest.Wait()
+				require.NoError(t, p.SubmitKey("k", func() {})) // held back by the busy key
+				require.NoError(t, p.Submit(func() { close(uRan) }))
+				synctest.Wait()
+				close(releaseB)
+				if !waitOrTimeout(uRan, 10*time.Second) {
+					t.Errorf("b's worker came free and u did not start in 10 s: %s", fmtStatus(p.Status()))
+					go p.Resize(3) // wakes the dispatcher, so that the bubble can end
+				}
+				p.StopWait()
+			})
+		})
+	}
+}
+
 // On the real scheduler: one worker, one sequential submitter per queue (so
 // acceptance order is submission order), and a disruptor that takes the
 // buffer back in every way it can.

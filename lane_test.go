@@ -62,13 +62,13 @@ func drain(t *testing.T, p *workerpool.Pool, resume func()) {
 	require.Equal(t, s.Submitted, s.Completed)
 }
 
-// TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure queues one prepared func
-// a million times, so that no closure is allocated per task: the heap's
-// growth is the queue's own cost per waiting task. The bound is the target
-// of the performance work: 16 bytes, twice a func value's 8, which leaves
-// room for the queue's doubling growth (a million tasks in 2^20 slots of 8
-// bytes take 8.4 bytes each). Once the queue drains, the heap returns to
-// where it started: the queue gives its memory back.
+// TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure queues one prepared
+// func a million times, so that no closure is allocated per task: the heap's
+// growth is the queue's own cost per waiting task. The bound is the target of
+// the performance work: 16 bytes, twice a func value's 8, which leaves room for
+// the queue's doubling growth (a million tasks in 2^20 slots of 8 bytes take
+// 8.4 bytes each). Once the queue drains, the heap returns to where it started:
+// the queue gives its memory back.
 func TestMemoryOfAWaitingTaskIsAtMost16BytesBeyondItsClosure(t *testing.T) {
 	synctest.Test(t, testMemoryOfAWaitingTask)
 }
@@ -100,16 +100,36 @@ func testMemoryOfAWaitingTask(t *testing.T) {
 		"the heap returns to its starting size once the queue drains")
 }
 
+// payload is what a test's closure holds, so that a weak pointer to it
+// says whether the closure can still be reached.
+type payload struct {
+	id  int
+	pad [48]byte
+}
+
+// reachable collects garbage and returns how many of ws still point to a
+// live object.
+func reachable(ws []weak.Pointer[payload]) int {
+	runtime.GC()
+	kept := 0
+	for _, w := range ws {
+		if w.Value() != nil {
+			kept++
+		}
+	}
+	return kept
+}
+
 // heapMargin is how far the live heap may stay above its starting size
 // after a drain: room for the runtime's and the test framework's own
 // allocations, and a thousandth of the 8 MB a million queued tasks take.
 const heapMargin = 64 << 10
 
-// TestMemoryOfFinishedTasksIsReleased queues a million closures, each holding its
-// own object, drains them with the pool still running, and checks with weak
+// TestMemoryOfFinishedTasksIsReleased queues a million closures, each holding
+// its own object, drains them with the pool still running, and checks with weak
 // pointers that a sample of the objects, the first and the last among them,
-// were collected: neither the queue nor an idle worker keeps a finished
-// task's closure alive. The heap also returns to its starting size.
+// were collected: neither the queue nor an idle worker keeps a finished task's
+// closure alive. The heap also returns to its starting size.
 func TestMemoryOfFinishedTasksIsReleased(t *testing.T) {
 	synctest.Test(t, testMemoryOfFinishedTasks)
 }
@@ -117,10 +137,6 @@ func TestMemoryOfFinishedTasksIsReleased(t *testing.T) {
 func testMemoryOfFinishedTasks(t *testing.T) {
 	n := queuedTasks()
 	const every = 997 // sample about a thousand of a million, at varied offsets
-	type payload struct {
-		id  int
-		pad [48]byte
-	}
 	var ran atomic.Int64
 	p, resume := pausedPool(t)
 	defer p.Stop()
@@ -145,12 +161,7 @@ func testMemoryOfFinishedTasks(t *testing.T) {
 	require.Equal(t, int64(n), ran.Load())
 
 	after := liveHeap()
-	kept := 0
-	for _, w := range sample {
-		if w.Value() != nil {
-			kept++
-		}
-	}
+	kept := reachable(sample)
 	assert.Zero(t, kept, "of %d sampled finished closures, %d are still reachable", len(sample), kept)
 	assert.LessOrEqual(t, int64(after)-int64(before), int64(heapMargin),
 		"the heap returns to its starting size once the queue drains: %d B before, %d B after", before, after)
@@ -185,5 +196,168 @@ func TestAnIdleKeyCostsNothing(t *testing.T) {
 		t.Logf("heap: %d B before, %d B with %d keys waiting, %d B after", before, held, n, after)
 		assert.Greater(t, held, before+uint64(n)*16, "waiting keys take memory")
 		assert.Less(t, after, before+128<<10, "idle keys take none, but for a fixed cache of unused key lines")
+	})
+}
+
+// endOneAtATime runs n tasks one after another, each holding a payload:
+// run gives the pool a task and returns once it has ended. It asserts that
+// the live heap returns to within 256 KiB of where it started and, in a
+// synctest bubble, where synctest.Wait says when the pool is at rest, that
+// a sample of the payloads can all be collected. n is a fifth under the
+// race detector.
+func endOneAtATime(t *testing.T, inBubble bool, run func(f func())) {
+	t.Helper()
+	n := 20_000
+	if raceEnabled {
+		n /= 5
+	}
+	for range 100 { // warm: the workers, their stacks, the key cache
+		run(func() {})
+	}
+	settle := func() {
+		if inBubble {
+			synctest.Wait()
+		}
+	}
+	settle()
+	before := liveHeap()
+	var sample []weak.Pointer[payload]
+	for i := range n {
+		obj := &payload{id: i}
+		if i%1000 == 0 {
+			sample = append(sample, weak.Make(obj))
+		}
+		run(func() { _ = obj.id })
+	}
+	settle()
+	grew := int64(liveHeap()) - int64(before)
+	t.Logf("the heap grew by %d B over %d finished tasks (%.1f B a task)", grew, n, float64(grew)/float64(n))
+	assert.LessOrEqual(t, grew, int64(256<<10), "the heap returns to its starting size once the tasks have ended")
+	if inBubble {
+		assert.Zero(t, reachable(sample), "of %d sampled finished closures, none is still reachable", len(sample))
+	}
+}
+
+// TestFinishedSubpoolTasksLeaveNothingBehind runs a sub-pool's tasks one at
+// a time, each taken by a parked worker, in a bubble and on the real
+// scheduler: once they have ended, the heap is back at its starting size
+// and their closures can be collected. The dispatcher used to collect the
+// workers' reports of sub-pool tasks' ends only when it left its quiet
+// loop, which a pool never busier than this does not: it kept every
+// finished task's closure (211 B a task).
+func TestFinishedSubpoolTasksLeaveNothingBehind(t *testing.T) {
+	t.Run("SubmitWait in a bubble", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := workerpool.New(2)
+			defer p.Stop()
+			s := p.Subpool("s", 2) // a limit at the pool's maximum holds nothing back
+			endOneAtATime(t, true, func(f func()) { require.NoError(t, s.SubmitWait(f)) })
+		})
+	})
+	t.Run("Submit on the real scheduler", func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		s := p.Subpool("s", 2)
+		done := make(chan struct{})
+		endOneAtATime(t, false, func(f func()) {
+			require.NoError(t, s.Submit(func() { f(); done <- struct{}{} }))
+			<-done
+		})
+	})
+}
+
+// TestAKeyCostsNoMemoryOnceItsTaskEnded runs tasks of distinct keys one at
+// a time, each taken by a parked worker, in a bubble and on the real
+// scheduler: once they have ended, neither the keys nor the closures take
+// memory. The key lines of tasks that ended while the dispatcher stayed in
+// its quiet loop were never given back: 293 B a key.
+func TestAKeyCostsNoMemoryOnceItsTaskEnded(t *testing.T) {
+	runKeyed := func(t *testing.T, inBubble bool) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		keys := make([]string, 30_000)
+		for i := range keys {
+			keys[i] = fmt.Sprint("key-", i)
+		}
+		next := 0
+		done := make(chan struct{})
+		endOneAtATime(t, inBubble, func(f func()) {
+			require.NoError(t, p.SubmitKey(keys[next], func() { f(); done <- struct{}{} }))
+			next++
+			<-done
+		})
+		runtime.KeepAlive(keys) // live throughout: not part of the difference
+	}
+	t.Run("in a bubble", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { runKeyed(t, true) })
+	})
+	t.Run("on the real scheduler", func(t *testing.T) { runKeyed(t, false) })
+}
+
+// TestTheTasksASubpoolsStopDroppedCanBeCollected has a sub-pool's Stop
+// take its tasks back from the hand-off buffer and its caller drop them:
+// while the pool goes on, nothing of it keeps them reachable. The Stop kept
+// the dropped tasks in a scratch slice of the dispatcher's.
+func TestTheTasksASubpoolsStopDroppedCanBeCollected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		defer p.Stop()
+		s := p.Subpool("s", 1)
+		release := hold(t, p, 1) // the one worker is busy: s's tasks wait in the buffer
+		synctest.Wait()
+		var sample []weak.Pointer[payload]
+		for i := range 20 {
+			obj := &payload{id: i}
+			sample = append(sample, weak.Make(obj))
+			require.NoError(t, s.Submit(func() { _ = obj.id }))
+		}
+		synctest.Wait()
+		require.Len(t, s.Stop(), 20, "Stop returns every task")
+		release()
+		for range 10 { // the pool goes on
+			require.NoError(t, p.SubmitWait(func() {}))
+		}
+		synctest.Wait()
+		assert.Zero(t, reachable(sample), "of %d dropped tasks, none is still reachable", len(sample))
+	})
+}
+
+// TestTheLastTaskOfEveryKindCanBeCollectedOnceItEnds runs one task of each
+// kind and lets the workers park: none of the closures is still reachable.
+// The last sub-pool task and the last keyed task were, until the pool was
+// next busy: the dispatcher had not collected the reports of their ends.
+func TestTheLastTaskOfEveryKindCanBeCollectedOnceItEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		s := p.Subpool("s", 2)
+		kinds := []struct {
+			name string
+			run  func(f func())
+		}{
+			{"SubmitWait", func(f func()) { require.NoError(t, p.SubmitWait(f)) }},
+			{"Call", func(f func()) {
+				_, err := workerpool.Call(context.Background(), p, func(context.Context) (int, error) { f(); return 0, nil })
+				require.NoError(t, err)
+			}},
+			{"sub-pool SubmitWait", func(f func()) { require.NoError(t, s.SubmitWait(f)) }},
+			{"SubmitKey", func(f func()) { require.NoError(t, p.SubmitKey("k", f)) }},
+			{"Group.Go", func(f func()) {
+				g := p.Group(context.Background())
+				g.Go(func(context.Context) error { f(); return nil })
+				require.NoError(t, g.Wait())
+			}},
+		}
+		sample := make([]weak.Pointer[payload], len(kinds))
+		for i, k := range kinds {
+			obj := &payload{id: i}
+			sample[i] = weak.Make(obj)
+			k.run(func() { _ = obj.id })
+		}
+		synctest.Wait()
+		runtime.GC()
+		for i, k := range kinds {
+			assert.True(t, sample[i].Value() == nil, "the last %s task's closure is still reachable", k.name)
+		}
 	})
 }

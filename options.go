@@ -84,12 +84,12 @@ func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.panicHandler = h }
 }
 
-// WithTaskTimings makes the pool measure how long each task waits (from
-// when the pool accepts it to when a worker starts it) and runs, and sum
-// them up in [Status] (Wait and Run), for the pool and for each sub-pool.
-// It costs three clock reads per task, one on the dispatcher as it accepts
-// the task and two on the worker, and a few atomic additions shared by all
-// workers: see the README's figures. Without it the pool reads no clock for its tasks.
+// WithTaskTimings makes the pool measure how long each task waits (from when
+// the pool accepts it to when a worker starts it) and runs, and sum them up in
+// [Status] (Wait and Run), for the pool and for each sub-pool. It costs three
+// clock reads per task, one on the dispatcher as it accepts the task and two on
+// the worker, and a few atomic additions shared by all workers: see the
+// README's figures. Without it the pool reads no clock for its tasks.
 func WithTaskTimings() Option {
 	return func(c *config) { c.timings = true }
 }

@@ -357,6 +357,41 @@ func TestNoTaskIsAcceptedOnceStopReturned(t *testing.T) {
 	}
 }
 
+// TestOnceStopReturnsTheTasksAGroupGaveUpAreCounted cancels a Group with
+// a thousand tasks waiting behind a busy worker and stops the pool at once,
+// on the real scheduler: once Stop or StopWait has returned, the counts
+// balance, each task counted as run, dropped or given up, though the
+// group's Wait has not been called. The dispatcher used to finish while
+// give-ups were under way: Stop returned with 592 given-up tasks not yet
+// counted.
+func TestOnceStopReturnsTheTasksAGroupGaveUpAreCounted(t *testing.T) {
+	for _, how := range []string{"Stop", "StopWait"} {
+		t.Run(how, func(t *testing.T) {
+			for round := range rounds(150) {
+				p := workerpool.New(1)
+				release := hold(t, p, 1)
+				ctx, cancel := context.WithCancel(context.Background())
+				g := p.Group(ctx)
+				for range 1000 {
+					g.Go(func(context.Context) error { return nil })
+				}
+				cancel() // the group gives its queued tasks up on its own
+				release()
+				if how == "Stop" {
+					p.Stop()
+				} else {
+					p.StopWait()
+				}
+				s := p.Status()
+				_ = g.Wait()
+				if s.State != workerpool.Stopped || !balanced(s) {
+					t.Fatalf("round %d: once %s returned: State %v, %s", round, how, s.State, fmtStatus(s))
+				}
+			}
+		})
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Shutdown.
 

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -135,6 +136,32 @@ func TestAWorkerInASlowPanicHandlerGetsNoOtherReapedEarly(t *testing.T) {
 		time.Sleep(time.Second) // 3 s: B has been idle 1.9 s, A 0.5 s
 		assert.Equal(t, 1, p.Status().Workers, "B exits within two timeouts")
 		p.Stop()
+	})
+}
+
+// TestAWorkerInASlowTaskObserverGetsNoOtherReapedEarly has worker A spend
+// ten seconds in the task observer after its task, and worker B go idle at
+// 2.8 s (timeout 1 s). At 3.2 s, A is not idle and B has been idle for
+// less than a timeout: neither exits; by 5 s B has. A worker in its
+// observer counted as idle from the end of its task, so the reaper took
+// it for the one idle longest and quit B, parked, in its place.
+func TestAWorkerInASlowTaskObserverGetsNoOtherReapedEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow atomic.Bool // the first observer call takes it and sleeps
+		slow.Store(true)
+		p := workerpool.New(2, workerpool.WithIdleTimeout(time.Second),
+			workerpool.WithTaskObserver(func(workerpool.TaskTiming) {
+				if slow.CompareAndSwap(true, false) {
+					time.Sleep(10 * time.Second)
+				}
+			}))
+		defer p.Stop()
+		require.NoError(t, p.Submit(func() {}))                                      // A: then ten seconds in the observer
+		require.NoError(t, p.Submit(func() { time.Sleep(2800 * time.Millisecond) })) // B: idle from 2.8 s
+		time.Sleep(3200 * time.Millisecond)
+		assert.Equal(t, 2, p.Status().Workers, "no worker idle for a timeout at 3.2 s")
+		time.Sleep(1800 * time.Millisecond) // 5 s: B has been idle 2.2 s
+		assert.Equal(t, 1, p.Status().Workers, "B exits within two timeouts")
 	})
 }
 

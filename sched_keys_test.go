@@ -250,3 +250,79 @@ func TestKeyFreedByAPauseTakesItsPlace(t *testing.T) {
 		}
 	})
 }
+
+// TestAFreedKeysNextTaskGoesFirstThoughAWorkerIsInItsPanicHandler has two
+// workers: one runs k1, the other a task that panics into a handler that
+// takes a second; k2 (k1's key), u1 and u2 wait, in that order. When k1
+// ends, its key and its worker are free, and k2 must start first: the
+// other worker is still in its handler and takes nothing. The worker in
+// its handler counted as free, so u1 was handed to it and started, when
+// it came out, before k2.
+func TestAFreedKeysNextTaskGoesFirstThoughAWorkerIsInItsPanicHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1),
+			workerpool.WithPanicHandler(func(*workerpool.PanicError) { time.Sleep(time.Second) }))
+		endK1, panicNow := make(chan struct{}), make(chan struct{})
+		require.NoError(t, p.SubmitKey("k", func() { <-endK1 }))
+		require.NoError(t, p.Submit(func() { <-panicNow; panic("into the slow handler") }))
+		synctest.Wait()
+		var l starts
+		require.NoError(t, p.SubmitKey("k", l.task("k2")))
+		require.NoError(t, p.Submit(l.task("u1")))
+		require.NoError(t, p.Submit(l.task("u2")))
+		synctest.Wait()
+		close(panicNow) // its worker is in the handler for a second
+		synctest.Wait()
+		close(endK1) // k is free, and so is k1's worker: k2 goes next
+		p.StopWait()
+		assert.Equal(t, []string{"k2", "u1", "u2"}, l.got(), "k2 first: it was accepted first, and its key is free")
+	})
+}
+
+// TestAStopCutsEachKeyAndTheUnkeyedTasksBetweenAPrefixAndTheRest stops a
+// sub-pool (with its Stop) or the pool (with a Shutdown whose ctx is done)
+// while k1 and u3 run on the two workers, and k2 (k1's key) and u4 wait,
+// accepted in the order of their numbers. Of each key's tasks, and of the
+// unkeyed ones, those that started are the earliest accepted, and the stop
+// returns the rest in acceptance order; as Subpool.Stop and Pool.Shutdown
+// say, k2, which the busy key held back, is dropped though u3, accepted
+// after it, started. (Their docs used to promise that the tasks that
+// started were the earliest the queue accepted, which a busy key breaks.)
+func TestAStopCutsEachKeyAndTheUnkeyedTasksBetweenAPrefixAndTheRest(t *testing.T) {
+	for _, how := range []string{"Subpool.Stop", "Pool.Shutdown"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2)
+				s := p.Subpool("s", 2)
+				var l starts
+				gate := make(chan struct{})
+				require.NoError(t, s.SubmitKey("k", func() { l.task("k1")(); <-gate }))
+				require.NoError(t, s.SubmitKey("k", l.task("k2"))) // held back by its busy key
+				require.NoError(t, s.Submit(func() { l.task("u3")(); <-gate }))
+				require.NoError(t, s.Submit(l.task("u4"))) // waits for a worker
+				synctest.Wait()
+				require.ElementsMatch(t, []string{"k1", "u3"}, l.got())
+
+				var dropped []func()
+				stopped := make(chan struct{})
+				go func() {
+					defer close(stopped)
+					if how == "Subpool.Stop" {
+						dropped = s.Stop()
+					} else {
+						dropped, _ = p.Shutdown(cancelled())
+					}
+				}()
+				synctest.Wait()
+				close(gate)
+				<-stopped
+				assert.ElementsMatch(t, []string{"k1", "u3"}, l.got(), "what started")
+				for _, f := range dropped {
+					f()
+				}
+				assert.Equal(t, []string{"k2", "u4"}, l.got()[2:], "the rest, in acceptance order")
+				p.StopWait()
+			})
+		})
+	}
+}

@@ -170,12 +170,12 @@ func TestSubpoolStatusStaysInRangeInEverySnapshot(t *testing.T) {
 	require.Equal(t, st.Submitted, st.Completed, "StopWait ran everything: %+v", st)
 }
 
-// TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot reads the Status
-// of a pool with sub-pools, and of one of them, in a loop while submitters
-// flood them against a bound of three: no snapshot shows more of the
-// sub-pool's tasks running than its limit (as Subpool.Status promises) or
-// more of them panicked than completed, more than three tasks waiting, or a PeakWaiting above three, and a
-// sub-pool's PeakWaiting, the highest Waiting seen, never falls.
+// TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot reads the Status of a
+// pool with sub-pools, and of one of them, in a loop while submitters flood
+// them against a bound of three: no snapshot shows more of the sub-pool's tasks
+// running than its limit (as Subpool.Status promises) or more of them panicked
+// than completed, more than three tasks waiting, or a PeakWaiting above three,
+// and a sub-pool's PeakWaiting, the highest Waiting seen, never falls.
 func TestBusyAndWaitingStayWithinTheirBoundsInEverySnapshot(t *testing.T) {
 	const bound, limit = 3, 2
 	p := workerpool.New(4, workerpool.WithMaxWaiting(bound), // Block
@@ -605,3 +605,44 @@ func (r *xrand) intn(n int) int {
 func newRand(seed uint64) *xrand { return &xrand{s: seed*0x9E3779B97F4A7C15 + 1} }
 
 func rng2(step int) int { return step*7 + 3 }
+
+// TestWaitingNeverCountsMoreTasksThanCouldWait feeds a pool tasks of which
+// at most three can wait at any instant, each holding one of three tokens
+// until it starts, and reads Status in a loop on the real scheduler: no
+// snapshot shows more than three tasks waiting, nor a PeakWaiting above
+// three, whether the tasks go to the pool's queue, a sub-pool's, by key, or
+// to a bounded queue. A task moving from the scheduler to the workers
+// counted twice for a moment, and on the way back too: PeakWaiting read
+// 8189.
+func TestWaitingNeverCountsMoreTasksThanCouldWait(t *testing.T) {
+	for _, shape := range []string{"pool", "sub-pool", "keys", "bounded pool"} {
+		t.Run(shape, func(t *testing.T) {
+			const n = 3
+			var opts []workerpool.Option
+			if shape == "bounded pool" {
+				opts = append(opts, workerpool.WithMaxWaiting(32))
+			}
+			p := workerpool.New(2, opts...)
+			s := p.Subpool("s", 2)
+			tokens := make(chan struct{}, n)
+			release := func() { <-tokens }
+			stop := watchStatus(t, p.Status, func(st, last workerpool.Status) bool {
+				return st.Waiting >= 0 && st.Waiting <= n && st.PeakWaiting <= n && st.PeakWaiting >= last.PeakWaiting
+			})
+			for i := range rounds(20000) {
+				tokens <- struct{}{}
+				switch shape {
+				case "sub-pool":
+					require.NoError(t, s.Submit(release))
+				case "keys":
+					require.NoError(t, p.SubmitKey(fmt.Sprint(i%5), release))
+				default:
+					require.NoError(t, p.Submit(release))
+				}
+			}
+			p.StopWait()
+			stop()
+			assert.LessOrEqual(t, p.Status().PeakWaiting, n, "at rest, PeakWaiting says no more than three ever waited")
+		})
+	}
+}

@@ -159,16 +159,15 @@ func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKe
 func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx).watch() }
 
 // Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
-// waiting in it, and returns once its running tasks have finished, whatever
-// the rest of the pool is doing: the pool and its other sub-pools go on,
-// and Stop waits for none of their tasks, also while the pool itself
-// stops. Of its tasks, those that started are the earliest it accepted,
-// but for those a busy key held back, whatever workers take meanwhile. The first call returns the dropped
-// fire-and-forget tasks, keyed or not, in the order the sub-pool accepted
-// them: the rest. Later calls return nil.
-// Dropped [Subpool.SubmitWait] tasks are not returned: their callers get
-// [ErrStopped]. After the pool's Stop, Stop drops nothing: the pool's stop
-// did.
+// waiting in it, and returns once its running tasks have finished, whatever the
+// rest of the pool is doing: the pool and its other sub-pools go on, and Stop
+// waits for none of their tasks, also while the pool itself stops. Of its
+// tasks, those that started are the earliest it accepted, but for those a busy
+// key held back, whatever workers take meanwhile. The first call returns the
+// dropped fire-and-forget tasks, keyed or not, in the order the sub-pool
+// accepted them: the rest. Later calls return nil. Dropped [Subpool.SubmitWait]
+// tasks are not returned: their callers get [ErrStopped]. After the pool's
+// Stop, Stop drops nothing: the pool's stop did.
 //
 // Calling Stop or StopWait from inside a task of the sub-pool deadlocks:
 // the task waits for the sub-pool, and the sub-pool for the task. A task of

@@ -588,3 +588,59 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.Zero(t, st.Submitted)
 	assert.Zero(t, st.Busy)
 }
+
+// TestOnceASubpoolsStopReturnsNoneOfItsTasksWaits cancels a sub-pool's
+// Group with a thousand tasks waiting behind its one running task and stops
+// the sub-pool at once, on the real scheduler: once Stop has returned, its
+// Status says Stopped, none of its tasks waits, and its counts balance,
+// each task counted as run, dropped or given up. The dispatcher used to
+// answer the Stop while give-ups were under way, their tasks still Waiting.
+func TestOnceASubpoolsStopReturnsNoneOfItsTasksWaits(t *testing.T) {
+	for round := range rounds(150) {
+		p := workerpool.New(2)
+		s := p.Subpool("s", 1)
+		block := make(chan struct{})
+		require.NoError(t, s.Submit(func() { <-block }))
+		ctx, cancel := context.WithCancel(context.Background())
+		g := s.Group(ctx)
+		for range 1000 {
+			g.Go(func(context.Context) error { return nil })
+		}
+		cancel() // the group gives its queued tasks up on its own
+		close(block)
+		s.Stop()
+		st := s.Status()
+		_ = g.Wait()
+		p.Stop()
+		if st.State != workerpool.Stopped || st.Waiting != 0 || !balanced(st) {
+			t.Fatalf("round %d: once the sub-pool's Stop returned: State %v, %s", round, st.State, fmtStatus(st))
+		}
+	}
+}
+
+// TestOnceASubpoolsStopReturnsThePoolCountsItsTasksCompleted stops a
+// sub-pool while its two keyed tasks end, on the real scheduler: Stop
+// returns once they have ended, and then the pool's Status too counts them
+// Completed, with no worker Busy. A worker that ran a keyed task reported
+// the key's end, which the Stop waits for, before it counted the task
+// done, so the pool could still show it Busy.
+func TestOnceASubpoolsStopReturnsThePoolCountsItsTasksCompleted(t *testing.T) {
+	for round := range rounds(10000) {
+		p := workerpool.New(2)
+		s := p.Subpool("s", 2)
+		started := make(chan struct{}, 2)
+		release := make(chan struct{})
+		for i := range 2 {
+			require.NoError(t, s.SubmitKey(fmt.Sprint(i), func() { started <- struct{}{}; <-release }))
+		}
+		<-started
+		<-started
+		go close(release)
+		s.Stop()
+		st := p.Status()
+		p.Stop()
+		if st.Busy != 0 || st.Completed != 2 {
+			t.Fatalf("round %d: once the sub-pool's Stop returned, the pool shows %s", round, fmtStatus(st))
+		}
+	}
+}

@@ -66,7 +66,8 @@ func (c *takeState) take() bool {
 // first, and reports whether it did.
 func (c *takeState) giveUp() bool { return c.state.CompareAndSwap(undecided, givenUp) }
 
-// locals holds a worker's states, one for each Local its tasks asked for. Only the worker's goroutine touches it.
+// locals holds a worker's states, one for each Local its tasks asked for. Only
+// the worker's goroutine touches it.
 type locals struct {
 	values []localValue
 }
