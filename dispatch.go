@@ -386,6 +386,9 @@ func (d *dispatcher) publishInHand() {
 // known only to within the hand-offs revoked or claimed meanwhile, so the
 // count is held to the bound, which room keeps the tasks waiting within.
 func (d *dispatcher) notePeak() {
+	if int64(d.sched.waiting+len(d.p.work)) <= d.p.stats.peakWaiting.Load() {
+		return // no more than the peak, even if the whole buffer waits
+	}
 	n := d.sched.waiting + d.buffered()
 	if bound := d.cfg().maxWaiting; bound > 0 {
 		n = min(n, bound)

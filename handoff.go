@@ -319,7 +319,7 @@ func (d *dispatcher) updateWants() {
 	if d.pauseAck != nil {
 		wants |= wantIdle
 	}
-	if d.out.pending() > 0 && (d.draining || !d.room()) {
+	if (d.draining || !d.room()) && d.out.pending() > 0 {
 		wants |= wantReceipts // to finish; for a submitter waiting for room
 	}
 	if d.sched.reported > 0 || len(d.stops) > 0 {
