@@ -24,8 +24,10 @@ func TestReadmeIsAtMost15KB(t *testing.T) {
 }
 
 // Every Go block of the README compiles, because it is code that does: the
-// whole of a program the module builds, or lines of a runnable Example, in
-// their order. A comment above the block says which:
+// whole of a program the module builds, or whole statements of a runnable
+// Example, lines in a row as the Example has them, so that a reader can
+// follow them (no statement cut short, no line taken from the middle of
+// another). A comment above the block says which:
 // <!-- program: FILE --> or <!-- example: FILE FUNC -->.
 func TestReadmeCodeIsRunnableCode(t *testing.T) {
 	blocks := readmeGoBlocks(t)
@@ -39,7 +41,8 @@ func TestReadmeCodeIsRunnableCode(t *testing.T) {
 			assert.Equal(t, string(src), b.code, "README block at line %d is not %s", b.line, f[1])
 		case len(f) == 3 && f[0] == "example:":
 			body := funcSource(t, f[1], f[2])
-			assert.True(t, linesInOrder(b.code, body), "README block at line %d: not lines of %s in %s, in order:\n%s", b.line, f[2], f[1], b.code)
+			assert.True(t, linesInARow(b.code, body), "README block at line %d: not lines of %s in %s, in a row:\n%s", b.line, f[2], f[1], b.code)
+			assert.NoError(t, wholeStatements(b.code), "README block at line %d: not whole statements:\n%s", b.line, b.code)
 		default:
 			t.Errorf("README block at line %d: no <!-- program: FILE --> or <!-- example: FILE FUNC --> above it (%q)", b.line, b.marker)
 		}
@@ -97,25 +100,30 @@ func funcSource(t *testing.T, file, name string) string {
 	return ""
 }
 
-// linesInOrder reports whether the non-blank lines of code, trimmed, are
-// lines of body, trimmed, in the same order.
-func linesInOrder(code, body string) bool {
-	var have []string
-	for l := range strings.Lines(body) {
-		have = append(have, strings.TrimSpace(l))
-	}
-	for l := range strings.Lines(code) {
-		l = strings.TrimSpace(l)
-		if l == "" {
-			continue
+// linesInARow reports whether the lines of code, trimmed, are lines of
+// body, trimmed, in a row.
+func linesInARow(code, body string) bool {
+	trimmed := func(s string) []string {
+		var ls []string
+		for l := range strings.Lines(s) {
+			ls = append(ls, strings.TrimSpace(l))
 		}
-		i := slices.Index(have, l)
-		if i < 0 {
-			return false
-		}
-		have = have[i+1:]
+		return ls
 	}
-	return true
+	want, have := trimmed(code), trimmed(body)
+	for i := 0; i+len(want) <= len(have); i++ {
+		if slices.Equal(want, have[i:i+len(want)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// wholeStatements returns an error unless code parses as a list of whole
+// statements: the body of a func.
+func wholeStatements(code string) error {
+	_, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc _() {\n"+code+"}\n", 0)
+	return err
 }
 
 // docs/guarantees.md names every test of the package under the guarantee
