@@ -277,10 +277,10 @@ func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
 func (d *dispatcher) stopLane(r *request) {
 	sub, l := r.sub, r.sub.lane
 	if r.kind == subStopRequest && !d.dropping {
-		gone := d.dropHandOffs(func(x *lane) bool { return x == l })
-		gone = append(gone, d.sched.dropLane(l)...)
-		slices.SortFunc(gone, bySeq)
-		for _, e := range gone {
+		dropped := d.dropHandOffs(func(x *lane) bool { return x == l })
+		dropped = append(dropped, d.sched.dropLane(l)...)
+		slices.SortFunc(dropped, bySeq)
+		for _, e := range dropped {
 			if d.abandon(&e, sub) && e.fn != nil {
 				r.tasks = append(r.tasks, e.fn)
 			}
