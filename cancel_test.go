@@ -27,20 +27,21 @@ type grouper interface {
 // heldPools are three ways a pool can hold tasks back from a worker for an
 // hour: a pause, a queue behind tasks that run for an hour, and a sub-pool
 // at its limit while the pool's workers are free. new returns the pool and
-// where the tasks go.
+// where the tasks go. The pools reap no workers: the reaping clock would
+// tick through the fake hours the held tasks take to end, for nothing.
 var heldPools = []struct {
 	name string
 	new  func(t *testing.T) (*workerpool.Pool, grouper)
 }{
 	{"paused pool", func(t *testing.T) (*workerpool.Pool, grouper) {
-		p := workerpool.New(2)
+		p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
 		ctx, resume := context.WithTimeout(context.Background(), time.Hour)
 		t.Cleanup(resume)
 		p.Pause(ctx)
 		return p, p
 	}},
 	{"busy shared pool", func(t *testing.T) (*workerpool.Pool, grouper) {
-		p := workerpool.New(1)
+		p := workerpool.New(1, workerpool.WithIdleTimeout(-1))
 		require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
 		for range 100 { // other users' work, queued ahead
 			require.NoError(t, p.Submit(func() { time.Sleep(time.Hour) }))
@@ -48,7 +49,7 @@ var heldPools = []struct {
 		return p, p
 	}},
 	{"sub-pool at its limit", func(t *testing.T) (*workerpool.Pool, grouper) {
-		p := workerpool.New(4)
+		p := workerpool.New(4, workerpool.WithIdleTimeout(-1))
 		a := p.Subpool("a", 1)
 		require.NoError(t, a.Submit(func() { time.Sleep(time.Hour) }))
 		return p, a

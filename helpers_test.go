@@ -209,12 +209,13 @@ func poolGoroutineIDs() map[string]bool {
 // ---------------------------------------------------------------------------
 // Rounds.
 
-// rounds returns n, or a quarter of it (at least 1) under the race
+// rounds returns n, or an eighth of it (at least 1) under the race
 // detector: a stress test's rounds, so that one run of the package under
-// -race stays short enough for -count=20. Many counts make up the rounds.
+// -race stays short enough for -count=20 within go test's ten minutes.
+// Many counts make up the rounds.
 func rounds(n int) int {
 	if raceEnabled {
-		return max(1, n/4)
+		return max(1, n/8)
 	}
 	return n
 }

@@ -17,8 +17,8 @@ import (
 )
 
 // soakTime is how long each soak case hammers its pool. Four cases run, so
-// the soak takes about four times this; under -race, a quarter of it, as
-// the stress tests' rounds (see rounds).
+// the soak takes about four times this; under -race, a quarter of it
+// (rounds(4) is 1 there).
 var soakTime = time.Duration(rounds(4)) * time.Second / 4
 
 // A soakTask is the record of one submission in the soak test.

@@ -289,7 +289,7 @@ func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 func TestStopWaitRunsEveryTaskOfManyConcurrentSubmitters(t *testing.T) {
 	// More submitters than the dispatcher takes in one wake-up: the last
 	// of a burst was once received and dropped.
-	for range 10 {
+	for range rounds(10) {
 		p := workerpool.New(100)
 		var ran atomic.Int64
 		task := func() { ran.Add(1) }
