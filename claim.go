@@ -99,6 +99,11 @@ type handOffs struct {
 	compactAt int
 }
 
+// init sizes out for a full buffer and the hand-offs resolved behind a
+// pending one until a compaction, so that it does not shrink and grow
+// again each time the buffer drains and fills.
+func (o *handOffs) init() { o.out.SetBaseCap(4 * handOffBuffer) }
+
 // next returns h, a task to send, as it goes: with a claim that holds the
 // task and the number of the next send. Until commit, the send has not
 // happened: the same claim and number serve the next call.

@@ -299,7 +299,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
 	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers)}
-	d.out.out.SetBaseCap(4 * handOffBuffer) // no shrinking and regrowing as the buffer drains and fills
+	d.out.init()
 	d.clock.timeout = p.cfg.idleTimeout
 	d.publishWorkers()
 	for range p.cfg.minWorkers {
