@@ -27,21 +27,17 @@ import (
 // worker may change that after the loop looked, the loop has asked the
 // workers to signal it (the want bits), and looks again when one does.
 type dispatcher struct {
-	p     *Pool
-	sched *scheduler
-	max   int        // the current maximum of workers (Resize changes it)
-	subs  []*Subpool // the sub-pools whose tasks the loop has seen, by lane id
-	stops []*request // sub-pools' Stop and StopWait requests, waiting for their lanes to be idle
-	// dropped holds the tasks that Stop or a Shutdown deadline dropped,
-	// for Stop to return.
-	dropped []entry
-	got     []entry // reports taken from Pool.reports, reused
-	crew    crew    // the workers, for reaping and Status
+	p       *Pool
+	sched   *scheduler
+	max     int        // the current maximum of workers (Resize changes it)
+	subs    []*Subpool // the sub-pools whose tasks the loop has seen, by lane id
+	stops   []*request // sub-pools' Stop and StopWait requests, waiting for their lanes to be idle
+	dropped []entry    // the tasks Stop or a Shutdown deadline dropped, for Stop to return
+	got     []entry    // reports taken from Pool.reports, reused
+	crew    crew       // the workers, for reaping and Status
 
-	// out records the hand-offs sent on Pool.work that may be pending;
-	// back and backEntries are revoke's scratch.
-	out         handOffs
-	back        []handOff
+	out         handOffs  // the hand-offs sent on Pool.work that may be pending
+	back        []handOff // revoke's scratch, and backEntries
 	backEntries []entry
 	// handed counts the tasks given to workers (less those revoked) and
 	// quits the quits: together, what workers received or will.
