@@ -81,14 +81,14 @@ func TestNoQueuedTaskOfAnyQueueStartsAtAShutdownDeadline(t *testing.T) {
 	}
 }
 
-// TestNoQueuedTaskStartsAfterEitherOfTwoShutdownDeadlines is the same on the
-// real scheduler and clock, with 20,000 tiny tasks (4,000 under the race
+// TestNoQueuedTaskStartsAfterTheEarlierOfTwoShutdownDeadlines is the same on
+// the real scheduler and clock, with 20,000 tiny tasks (4,000 under the race
 // detector) queued behind eight workers that come free once a 20 ms deadline
 // has passed; a second Shutdown, with a deadline an hour away, comes before it
 // ("earlier"), after it ("later") or not at all ("one"). No task may start
 // after the 20 ms deadline. The dispatcher used to watch one deadline, merged
 // from both, and workers started queued tasks after the earlier one.
-func TestNoQueuedTaskStartsAfterEitherOfTwoShutdownDeadlines(t *testing.T) {
+func TestNoQueuedTaskStartsAfterTheEarlierOfTwoShutdownDeadlines(t *testing.T) {
 	queued := 20000
 	if raceEnabled {
 		queued = 4000 // submitting is slow under the race detector
@@ -114,12 +114,15 @@ func TestNoQueuedTaskStartsAfterEitherOfTwoShutdownDeadlines(t *testing.T) {
 				deadline.Store(&ctx)
 				context.AfterFunc(ctx, func() { close(release) })
 				later, cancelLater := context.WithTimeout(context.Background(), time.Hour)
-				other := make(chan []func(), 1)
-				shutdownLater := func() {
-					go func() { tasks, _ := p.Shutdown(later); other <- tasks }()
+				untilStopping := func() {
 					for p.Status().State == workerpool.Running {
 						runtime.Gosched()
 					}
+				}
+				other := make(chan []func(), 1)
+				shutdownLater := func() {
+					go func() { tasks, _ := p.Shutdown(later); other <- tasks }()
+					untilStopping()
 				}
 				if second == "earlier" {
 					shutdownLater()
@@ -127,9 +130,7 @@ func TestNoQueuedTaskStartsAfterEitherOfTwoShutdownDeadlines(t *testing.T) {
 				returned := make(chan []func(), 1)
 				go func() { tasks, _ := p.Shutdown(ctx); returned <- tasks }()
 				if second == "later" {
-					for p.Status().State == workerpool.Running {
-						runtime.Gosched()
-					}
+					untilStopping()
 					shutdownLater()
 				}
 				if second == "one" {
