@@ -647,3 +647,48 @@ func TestWaitingNeverCountsMoreTasksThanCouldWait(t *testing.T) {
 		})
 	}
 }
+
+// TestPeakWaitingReachesEveryTaskThatWaited holds the one worker and
+// queues 200 tasks, more than the hand-off buffer holds, so that they wait
+// in the buffer and in the scheduler at once; with "across a pause", a
+// Pause then takes the buffer's tasks back and 10 more come while paused,
+// half to a sub-pool. Status is read only once every task has run, so the
+// peak is the one the pool recorded as the tasks waited: 200, or 210 (the
+// tasks taken back counted once).
+func TestPeakWaitingReachesEveryTaskThatWaited(t *testing.T) {
+	for _, pause := range []bool{false, true} {
+		name := map[bool]string{false: "buffer and scheduler", true: "across a pause"}[pause]
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1)
+				s := p.Subpool("s", 1)
+				release := hold(t, p, 1)
+				for range 200 {
+					require.NoError(t, p.Submit(func() {}))
+				}
+				synctest.Wait()
+				want := 200
+				if pause {
+					ctx, resume := context.WithCancel(context.Background())
+					go p.Pause(ctx) // takes the buffer's tasks back, and waits for the held task
+					synctest.Wait()
+					for i := range 10 {
+						if i%2 == 0 {
+							require.NoError(t, s.Submit(func() {}))
+						} else {
+							require.NoError(t, p.Submit(func() {}))
+						}
+					}
+					synctest.Wait()
+					resume()
+					want = 210
+				}
+				release()
+				p.StopWait()
+				st := p.Status()
+				assert.Equal(t, want, st.PeakWaiting)
+				assert.Equal(t, uint64(want+1), st.Completed)
+			})
+		})
+	}
+}
