@@ -565,3 +565,15 @@ func TestResizeDownThenGoexitWithReaping(t *testing.T) {
 		}
 	})
 }
+
+// Pause with a nil context panics at once with a message that names it,
+// and pauses nothing.
+func TestPauseWithANilContextPanicsNamingIt(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	assert.PanicsWithValue(t, "workerpool: Pause: nil context", func() {
+		p.Pause(nil) //nolint:staticcheck // the nil context is the point
+	})
+	assert.Equal(t, workerpool.Running, p.Status().State)
+	assert.NoError(t, p.SubmitWait(func() {}), "the pool still hands out tasks")
+}

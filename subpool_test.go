@@ -644,3 +644,27 @@ func TestOnceASubpoolsStopReturnsThePoolCountsItsTasksCompleted(t *testing.T) {
 		}
 	}
 }
+
+// A sub-pool's SubmitCtx and Group with a nil context panic at once with a
+// message that names the method; the sub-pool accepts nothing.
+func TestSubpoolSubmitCtxAndGroupWithANilContextPanicNamingThem(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	s := p.Subpool("s", 1)
+	for _, tc := range []struct {
+		name, want string
+		misuse     func()
+	}{
+		{"SubmitCtx", "workerpool: Subpool.SubmitCtx: nil context", func() {
+			_ = s.SubmitCtx(nil, func() {}) //nolint:staticcheck // the nil context is the point
+		}},
+		{"Group", "workerpool: Subpool.Group: nil context", func() {
+			s.Group(nil) //nolint:staticcheck // the nil context is the point
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, tc.want, tc.misuse)
+		})
+	}
+	assert.Zero(t, s.Status().Submitted)
+}
