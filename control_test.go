@@ -215,7 +215,7 @@ func TestResizePanicsOnImpossibleSize(t *testing.T) {
 	p := workerpool.New(4, workerpool.WithMinWorkers(2))
 	defer p.Stop()
 	assert.PanicsWithValue(t, "workerpool: Resize(0): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(0) })
-	assert.Panics(t, func() { p.Resize(1) })
+	assert.PanicsWithValue(t, "workerpool: Resize(1): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(1) })
 	assert.NotPanics(t, func() { p.Resize(2) })
 }
 

@@ -27,7 +27,7 @@ func TestSubpoolPanicsOnALimitBelowOne(t *testing.T) {
 	assert.PanicsWithValue(t, `workerpool: Subpool("x", 0): the limit must be at least 1`, func() { p.Subpool("x", 0) })
 	s := p.Subpool("x", 1)
 	assert.Equal(t, "x", s.Name())
-	assert.Panics(t, func() { s.Resize(0) })
+	assert.PanicsWithValue(t, "workerpool: Subpool.Resize(0): the limit must be at least 1", func() { s.Resize(0) })
 }
 
 // Subpools lists the sub-pools not yet stopped, in the order they were
