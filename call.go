@@ -25,7 +25,11 @@ import "context"
 //
 // Call allocates two objects: its task record and a channel. Calling it
 // from inside a task of the same pool can deadlock, as SubmitWait can.
+//
+// Call panics if ctx or s is nil.
 func Call[T any](ctx context.Context, s Submitter, fn func(context.Context) (T, error)) (T, error) {
+	mustContext("Call", ctx)
+	mustTarget("Call", s)
 	if fn == nil {
 		var zero T
 		return zero, ErrNilTask

@@ -466,3 +466,31 @@ func TestThousandsOfCallsRacingControl(t *testing.T) {
 		t.Logf("round %d: ok %d, ErrStopped %d, Canceled %d, panicked %d; balanced %v: %s", round, ok, stopped, canceled, panicked, balanced(ps), fmtStatus(ps))
 	}
 }
+
+// Call with a nil context or a nil Submitter panics at once with a message
+// that names it, even with a nil fn; the pool accepts nothing.
+func TestCallWithANilContextOrSubmitterPanicsNamingIt(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	type misuse struct {
+		name, want string
+		ctx        context.Context
+		s          workerpool.Submitter
+	}
+	cases := []misuse{{"nil context", "workerpool: Call: nil context", nil, p}}
+	for _, ns := range nilSubmitters {
+		cases = append(cases, misuse{ns.name, "workerpool: Call: nil Submitter", context.Background(), ns.s})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, fn := range []func(context.Context) (int, error){
+				func(context.Context) (int, error) { return 1, nil }, nil,
+			} {
+				assert.PanicsWithValue(t, tc.want, func() {
+					_, _ = workerpool.Call(tc.ctx, tc.s, fn)
+				}, "nil fn: %t", fn == nil)
+			}
+		})
+	}
+	assert.Zero(t, p.Status().Submitted)
+}

@@ -12,7 +12,10 @@ import (
 // A second Pause waits until the first ends, then pauses in turn. Stop,
 // StopWait and Shutdown end every pause; Pause on a stopping pool returns
 // at once. A ctx that is never done pauses the pool until it is stopped.
+//
+// Pause panics if ctx is nil.
 func (p *Pool) Pause(ctx context.Context) {
+	mustContext("Pause", ctx)
 	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
 	if !p.sendRequest(r, p.stopping, ctx.Done()) {
 		return

@@ -215,7 +215,7 @@ func TestResizePanicsOnImpossibleSize(t *testing.T) {
 	p := workerpool.New(4, workerpool.WithMinWorkers(2))
 	defer p.Stop()
 	assert.PanicsWithValue(t, "workerpool: Resize(0): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(0) })
-	assert.Panics(t, func() { p.Resize(1) })
+	assert.PanicsWithValue(t, "workerpool: Resize(1): the maximum must be at least 1 and at least MinWorkers (2)", func() { p.Resize(1) })
 	assert.NotPanics(t, func() { p.Resize(2) })
 }
 
@@ -564,4 +564,16 @@ func TestResizeDownThenGoexitWithReaping(t *testing.T) {
 			t.Errorf("the task waited %v (bubble time) for a worker, with 3 idle workers and MaxWorkers 1", took)
 		}
 	})
+}
+
+// Pause with a nil context panics at once with a message that names it,
+// and pauses nothing.
+func TestPauseWithANilContextPanicsNamingIt(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	assert.PanicsWithValue(t, "workerpool: Pause: nil context", func() {
+		p.Pause(nil) //nolint:staticcheck // the nil context is the point
+	})
+	assert.Equal(t, workerpool.Running, p.Status().State)
+	assert.NoError(t, p.SubmitWait(func() {}), "the pool still hands out tasks")
 }

@@ -40,14 +40,16 @@ var closedChan = func() chan struct{} {
 //
 // Go allocates one object beyond fn's closure: the Future, 64 bytes for a
 // Future[int]. Done allocates a channel only if it is called before fn ends.
+//
+// Go panics if s is nil.
 func Go[T any](s Submitter, fn func() (T, error)) *Future[T] {
+	p, _ := mustTarget("Go", s)
 	f := &Future[T]{fn: fn}
 	f.wg.Add(1)
 	if fn == nil {
 		f.finish(ErrNilTask)
 		return f
 	}
-	p, _ := s.target()
 	if err := submitWaiter(s, nil, f, p.cfg.overflow); err != nil {
 		f.finish(err)
 	}

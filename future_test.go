@@ -266,3 +266,15 @@ func ExampleGo() {
 	// 42 <nil> <nil>
 	// true
 }
+
+// Go with a nil Submitter panics at once with a message that names it,
+// rather than with a nil dereference.
+func TestGoWithANilSubmitterPanicsNamingIt(t *testing.T) {
+	for _, ns := range nilSubmitters {
+		t.Run(ns.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, "workerpool: Go: nil Submitter", func() {
+				workerpool.Go(ns.s, func() (int, error) { return 1, nil })
+			})
+		})
+	}
+}

@@ -59,12 +59,14 @@ type itemList interface {
 // whatever its number of tasks: the Group, its cancellable context and the
 // channel that releases Wait.
 // Group panics if ctx is nil.
-func (p *Pool) Group(ctx context.Context) *Group { return newGroup(p, ctx).watch() }
+func (p *Pool) Group(ctx context.Context) *Group {
+	mustContext("Group", ctx)
+	return newGroup(p, ctx).watch()
+}
 
+// newGroup returns a group of tasks for to, with a context derived from
+// ctx, which its callers have checked is not nil.
 func newGroup(to Submitter, ctx context.Context) *Group {
-	if ctx == nil {
-		panic("workerpool: Group with a nil context")
-	}
 	p, _ := to.target()
 	ctx, cancel := context.WithCancelCause(ctx)
 	return &Group{to: to, p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}

@@ -146,10 +146,11 @@ func TestGroupWaitReportsErrStoppedWhenThePoolIsStoppedUnderIt(t *testing.T) {
 	})
 }
 
-func TestGroupPanicsOnANilContext(t *testing.T) {
+// Group with a nil context panics at once with a message that names it.
+func TestGroupWithANilContextPanicsNamingIt(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
-	assert.PanicsWithValue(t, "workerpool: Group with a nil context", func() {
+	assert.PanicsWithValue(t, "workerpool: Group: nil context", func() {
 		p.Group(nil) //nolint:staticcheck // the nil context is the point
 	})
 }

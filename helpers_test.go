@@ -207,6 +207,20 @@ func poolGoroutineIDs() map[string]bool {
 }
 
 // ---------------------------------------------------------------------------
+// Misuse.
+
+// nilSubmitters are the nil Submitters a careless caller can pass: a nil
+// interface, and a nil *Pool or *Subpool in one.
+var nilSubmitters = []struct {
+	name string
+	s    workerpool.Submitter
+}{
+	{"nil interface", nil},
+	{"nil *Pool", (*workerpool.Pool)(nil)},
+	{"nil *Subpool", (*workerpool.Subpool)(nil)},
+}
+
+// ---------------------------------------------------------------------------
 // Rounds.
 
 // rounds returns n, or an eighth of it (at least 1) under the race

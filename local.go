@@ -37,7 +37,7 @@ var localIDs atomic.Uint64
 // panic handler. NewLocal panics if open is nil.
 func NewLocal[S any](open func() (S, error), close func(S)) *Local[S] {
 	if open == nil {
-		panic("workerpool: NewLocal with a nil open")
+		panic("workerpool: NewLocal: nil open func")
 	}
 	return &Local[S]{id: localIDs.Add(1), open: open, close: close}
 }
@@ -73,11 +73,16 @@ func (x *Local[S]) get(l *locals) (S, error) {
 // func that opens a state of its own, runs task with it and closes it. The
 // task never runs in its submitter: under [CallerRuns], Submit waits for
 // room in a full queue, as under [Block]. Submit allocates one object.
+//
+// Submit panics if x or s is nil.
 func (x *Local[S]) Submit(s Submitter, task func(S)) error {
+	if x == nil {
+		panic("workerpool: Local.Submit: nil Local")
+	}
+	p, _ := mustTarget("Local.Submit", s)
 	if task == nil {
 		return ErrNilTask
 	}
-	p, _ := s.target()
 	return submitWaiter(s, nil, &localTask[S]{p: p, x: x, fn: task}, Block)
 }
 
@@ -127,7 +132,14 @@ func (t *localTask[S]) asFunc() func() {
 // on one of s's workers with that worker's state, and everything Call
 // promises holds. If the worker has none and open fails, fn does not run
 // and CallWith returns open's error.
+//
+// CallWith panics if ctx, s or x is nil.
 func CallWith[S, T any](ctx context.Context, s Submitter, x *Local[S], fn func(context.Context, S) (T, error)) (T, error) {
+	mustContext("CallWith", ctx)
+	mustTarget("CallWith", s)
+	if x == nil {
+		panic("workerpool: CallWith: nil Local")
+	}
 	if fn == nil {
 		var zero T
 		return zero, ErrNilTask

@@ -725,3 +725,42 @@ func TestAFailedOpenCountsItsTaskCompletedBeforeTheHandlerHearsOfItOnce(t *testi
 		assert.True(t, balanced(s), "at rest: %s", fmtStatus(s))
 	})
 }
+
+// NewLocal, Local.Submit and CallWith given a nil func, Local, context or
+// Submitter panic at once, in the caller, with a message that names the
+// function: a nil Local no longer fails on a worker, as a recovered
+// *PanicError. The pool accepts nothing and opens nothing.
+func TestLocalMisusePanicsNamingTheFunction(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	var opened atomic.Int32
+	x := workerpool.NewLocal(func() (int, error) { opened.Add(1); return 1, nil }, nil)
+	var nilLocal *workerpool.Local[int]
+	bg := context.Background()
+	task := func(int) {}
+	fn := func(context.Context, int) (int, error) { return 0, nil }
+	type misuse struct {
+		name, want string
+		misuse     func()
+	}
+	cases := []misuse{
+		{"NewLocal nil open", "workerpool: NewLocal: nil open func", func() { workerpool.NewLocal[int](nil, nil) }},
+		{"Local.Submit nil Local", "workerpool: Local.Submit: nil Local", func() { _ = nilLocal.Submit(p, task) }},
+		{"CallWith nil context", "workerpool: CallWith: nil context", func() {
+			_, _ = workerpool.CallWith(nil, p, x, fn) //nolint:staticcheck // the nil context is the point
+		}},
+		{"CallWith nil Local", "workerpool: CallWith: nil Local", func() { _, _ = workerpool.CallWith(bg, p, nilLocal, fn) }},
+	}
+	for _, ns := range nilSubmitters {
+		cases = append(cases,
+			misuse{"Local.Submit " + ns.name, "workerpool: Local.Submit: nil Submitter", func() { _ = x.Submit(ns.s, task) }},
+			misuse{"CallWith " + ns.name, "workerpool: CallWith: nil Submitter", func() { _, _ = workerpool.CallWith(bg, ns.s, x, fn) }})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, tc.want, tc.misuse)
+		})
+	}
+	assert.Zero(t, p.Status().Submitted)
+	assert.Zero(t, opened.Load())
+}

@@ -29,13 +29,15 @@ const mapWindow = 2
 // everything it did happens before Map returns.
 //
 // Map of an empty slice returns an empty slice and nil at once. A nil fn
-// makes Map return [ErrNilTask], even for an empty slice. Map waits for its
-// items as [Pool.SubmitWait] does, so calling it from inside a task of the
-// same pool can deadlock.
+// makes Map return [ErrNilTask], and a nil ctx or s makes it panic, even
+// for an empty slice. Map waits for its items as [Pool.SubmitWait] does,
+// so calling it from inside a task of the same pool can deadlock.
 //
 // Map allocates 9 objects per call, however many items there are: among
 // them the results and one slice of 40-byte task records, one per item.
 func Map[T, R any](ctx context.Context, s Submitter, items []T, fn func(context.Context, T) (R, error)) ([]R, error) {
+	mustContext("Map", ctx)
+	mustTarget("Map", s)
 	if fn == nil {
 		return nil, ErrNilTask
 	}

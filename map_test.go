@@ -240,3 +240,31 @@ func ExampleMap() {
 	// [4 6 4 5] <nil>
 	// cannot measure "task"
 }
+
+// Map with a nil context or a nil Submitter panics at once, even for an
+// empty slice, with a message that names Map (not the Group it uses); the
+// pool accepts nothing.
+func TestMapWithANilContextOrSubmitterPanicsNamingIt(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	fn := func(_ context.Context, n int) (int, error) { return n, nil }
+	type misuse struct {
+		name, want string
+		ctx        context.Context
+		s          workerpool.Submitter
+	}
+	cases := []misuse{{"nil context", "workerpool: Map: nil context", nil, p}}
+	for _, ns := range nilSubmitters {
+		cases = append(cases, misuse{ns.name, "workerpool: Map: nil Submitter", context.Background(), ns.s})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, items := range [][]int{{1, 2}, nil} {
+				assert.PanicsWithValue(t, tc.want, func() {
+					_, _ = workerpool.Map(tc.ctx, tc.s, items, fn)
+				}, "items %v", items)
+			}
+		})
+	}
+	assert.Zero(t, p.Status().Submitted)
+}

@@ -125,23 +125,23 @@ type config struct {
 // no pool can have.
 func newConfig(maxWorkers int, opts []Option) config {
 	if maxWorkers < 1 {
-		panic(fmt.Sprintf("workerpool: maxWorkers must be at least 1, got %d", maxWorkers))
+		panic(fmt.Sprintf("workerpool: New(%d): maxWorkers must be at least 1", maxWorkers))
 	}
 	var c config
 	for i, opt := range opts {
 		if opt == nil {
-			panic(fmt.Sprintf("workerpool: option %d is nil", i))
+			panic(fmt.Sprintf("workerpool: New: option %d is nil", i))
 		}
 		opt(&c)
 	}
 	if c.minWorkers < 0 || c.minWorkers > maxWorkers {
-		panic(fmt.Sprintf("workerpool: WithMinWorkers(%d) is outside 0..maxWorkers (%d)", c.minWorkers, maxWorkers))
+		panic(fmt.Sprintf("workerpool: New: WithMinWorkers(%d) is outside 0..maxWorkers (%d)", c.minWorkers, maxWorkers))
 	}
 	if c.maxWaiting < 0 {
-		panic(fmt.Sprintf("workerpool: WithMaxWaiting(%d) is negative", c.maxWaiting))
+		panic(fmt.Sprintf("workerpool: New: WithMaxWaiting(%d) is negative", c.maxWaiting))
 	}
 	if c.overflow < Block || c.overflow > CallerRuns {
-		panic(fmt.Sprintf("workerpool: WithOverflow(%d) is not Block, Reject or CallerRuns", int(c.overflow)))
+		panic(fmt.Sprintf("workerpool: New: WithOverflow(%d) is not Block, Reject or CallerRuns", int(c.overflow)))
 	}
 	if c.idleTimeout == 0 {
 		c.idleTimeout = DefaultIdleTimeout

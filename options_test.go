@@ -11,27 +11,25 @@ import (
 	"github.com/dispatchkit/workerpool"
 )
 
+// New panics on an impossible configuration with a message that names New
+// and says what is wrong.
 func TestNewPanicsOnImpossibleConfiguration(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		max  int
 		opts []workerpool.Option
+		want string
 	}{
-		{"zero max", 0, nil},
-		{"negative max", -3, nil},
-		{"nil option", 2, []workerpool.Option{nil}},
-		{"min above max", 2, []workerpool.Option{workerpool.WithMinWorkers(3)}},
-		{"negative min", 2, []workerpool.Option{workerpool.WithMinWorkers(-1)}},
-		{"negative queue bound", 2, []workerpool.Option{workerpool.WithMaxWaiting(-1)}},
-		{"unknown overflow", 2, []workerpool.Option{workerpool.WithOverflow(workerpool.Overflow(7))}},
+		{"zero max", 0, nil, "workerpool: New(0): maxWorkers must be at least 1"},
+		{"negative max", -3, nil, "workerpool: New(-3): maxWorkers must be at least 1"},
+		{"nil option", 2, []workerpool.Option{workerpool.WithMinWorkers(1), nil}, "workerpool: New: option 1 is nil"},
+		{"min above max", 2, []workerpool.Option{workerpool.WithMinWorkers(3)}, "workerpool: New: WithMinWorkers(3) is outside 0..maxWorkers (2)"},
+		{"negative min", 2, []workerpool.Option{workerpool.WithMinWorkers(-1)}, "workerpool: New: WithMinWorkers(-1) is outside 0..maxWorkers (2)"},
+		{"negative queue bound", 2, []workerpool.Option{workerpool.WithMaxWaiting(-1)}, "workerpool: New: WithMaxWaiting(-1) is negative"},
+		{"unknown overflow", 2, []workerpool.Option{workerpool.WithOverflow(workerpool.Overflow(7))}, "workerpool: New: WithOverflow(7) is not Block, Reject or CallerRuns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				assert.Regexp(t, `^workerpool: `, msg)
-			}()
-			workerpool.New(tc.max, tc.opts...)
-			t.Error("New did not panic")
+			assert.PanicsWithValue(t, tc.want, func() { workerpool.New(tc.max, tc.opts...) })
 		})
 	}
 }

@@ -82,9 +82,11 @@
 // costs no capacity; but a task that [CallerRuns] runs in its submitter
 // ends the submitter's goroutine if it calls Goexit, so that its Submit
 // never returns. A panic in the panic handler ends the program, wherever
-// the task ran. The pool itself panics only on a programming error: an
-// impossible configuration in [New], or a [Pool.Resize] to an impossible
-// size.
+// the task ran. The pool itself panics only on a programming error, at
+// once, with a message that starts "workerpool: " and names the function:
+// an impossible configuration in [New], a [Pool.Resize] to an impossible
+// size, or a nil context, [Submitter] or [Local]. A nil task is not one
+// of them: it is refused with [ErrNilTask].
 //
 // # Idle workers
 //
@@ -367,7 +369,10 @@ func (p *Pool) StopWait() {
 // tasks (unless another Stop or Shutdown call got them first, see
 // [Pool.Stop]) and ctx.Err(), or [ErrStopped] if ctx is not done: then a
 // concurrent Stop, or another Shutdown's deadline, dropped them.
+//
+// Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
+	mustContext("Shutdown", ctx)
 	p.drainCalled.Store(true)
 	// One request stops accepting and has the dispatcher watch ctx, so
 	// that no queued task starts once ctx is done.

@@ -740,3 +740,15 @@ func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
 			"every accepted task ran or was returned; %+v", p.Status())
 	}
 }
+
+// Shutdown with a nil context panics at once with a message that names it,
+// and stops nothing.
+func TestShutdownWithANilContextPanicsNamingItAndStopsNothing(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	assert.PanicsWithValue(t, "workerpool: Shutdown: nil context", func() {
+		_, _ = p.Shutdown(nil) //nolint:staticcheck // the nil context is the point
+	})
+	assert.False(t, p.Stopped())
+	assert.NoError(t, p.SubmitWait(func() {}), "the pool still runs tasks")
+}

@@ -22,6 +22,25 @@ type Submitter interface {
 
 func (p *Pool) target() (*Pool, *Subpool) { return p, nil }
 
+// mustTarget returns s.target(), and panics, naming the function fn, if s
+// is nil: a nil interface, or a nil *Pool or *Subpool in one. A nil
+// Submitter is a programming error, which would otherwise show as a nil
+// dereference, sometimes on a worker, far from its cause.
+func mustTarget(fn string, s Submitter) (*Pool, *Subpool) {
+	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
+		panic("workerpool: " + fn + ": nil Submitter")
+	}
+	return s.target()
+}
+
+// mustContext panics, naming the function fn, if ctx is nil, as the
+// context package does for a nil parent: "Do not pass a nil Context".
+func mustContext(fn string, ctx context.Context) {
+	if ctx == nil {
+		panic("workerpool: " + fn + ": nil context")
+	}
+}
+
 // A message is what travels on Pool.tasks to the dispatcher: a task, or a
 // request.
 type message struct {
@@ -68,7 +87,10 @@ func (p *Pool) Submit(fn func()) error {
 // done before the pool accepts the task: at once if it is already done, or
 // while Submit waits for room in a bounded queue. Once accepted, the task
 // runs whatever becomes of ctx.
+//
+// SubmitCtx panics if ctx is nil.
 func (p *Pool) SubmitCtx(ctx context.Context, fn func()) error {
+	mustContext("SubmitCtx", ctx)
 	return p.submitCtx(nil, ctx, fn)
 }
 

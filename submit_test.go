@@ -264,3 +264,17 @@ func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
 	p.Stop()
 	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), workerpool.ErrStopped, "a stopped pool says so, whatever the ctx")
 }
+
+// SubmitCtx with a nil context panics at once with a message that names
+// it, even for a nil task, rather than with a nil dereference; the pool
+// accepts nothing.
+func TestSubmitCtxWithANilContextPanicsNamingIt(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	for _, fn := range []func(){func() {}, nil} {
+		assert.PanicsWithValue(t, "workerpool: SubmitCtx: nil context", func() {
+			_ = p.SubmitCtx(nil, fn) //nolint:staticcheck // the nil context is the point
+		})
+	}
+	assert.Zero(t, p.Status().Submitted)
+}

@@ -128,8 +128,9 @@ func (s *Subpool) Submit(fn func()) error {
 	return s.p.submitTo(s, nil, message{task: task{fn: fn}}, s.p.cfg.overflow)
 }
 
-// SubmitCtx is [Pool.SubmitCtx] for the sub-pool.
+// SubmitCtx is [Pool.SubmitCtx] for the sub-pool. It panics if ctx is nil.
 func (s *Subpool) SubmitCtx(ctx context.Context, task func()) error {
+	mustContext("Subpool.SubmitCtx", ctx)
 	return s.p.submitCtx(s, ctx, task)
 }
 
@@ -155,8 +156,11 @@ func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task)
 func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKey(s, key, task) }
 
 // Group returns a new group of tasks that run on the sub-pool, as
-// [Pool.Group] does for the pool.
-func (s *Subpool) Group(ctx context.Context) *Group { return newGroup(s, ctx).watch() }
+// [Pool.Group] does for the pool. It panics if ctx is nil.
+func (s *Subpool) Group(ctx context.Context) *Group {
+	mustContext("Subpool.Group", ctx)
+	return newGroup(s, ctx).watch()
+}
 
 // Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
 // waiting in it, and returns once its running tasks have finished, whatever the

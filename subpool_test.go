@@ -27,7 +27,7 @@ func TestSubpoolPanicsOnALimitBelowOne(t *testing.T) {
 	assert.PanicsWithValue(t, `workerpool: Subpool("x", 0): the limit must be at least 1`, func() { p.Subpool("x", 0) })
 	s := p.Subpool("x", 1)
 	assert.Equal(t, "x", s.Name())
-	assert.Panics(t, func() { s.Resize(0) })
+	assert.PanicsWithValue(t, "workerpool: Subpool.Resize(0): the limit must be at least 1", func() { s.Resize(0) })
 }
 
 // Subpools lists the sub-pools not yet stopped, in the order they were
@@ -643,4 +643,28 @@ func TestOnceASubpoolsStopReturnsThePoolCountsItsTasksCompleted(t *testing.T) {
 			t.Fatalf("round %d: once the sub-pool's Stop returned, the pool shows %s", round, fmtStatus(st))
 		}
 	}
+}
+
+// A sub-pool's SubmitCtx and Group with a nil context panic at once with a
+// message that names the method; the sub-pool accepts nothing.
+func TestSubpoolSubmitCtxAndGroupWithANilContextPanicNamingThem(t *testing.T) {
+	p := workerpool.New(1)
+	defer p.Stop()
+	s := p.Subpool("s", 1)
+	for _, tc := range []struct {
+		name, want string
+		misuse     func()
+	}{
+		{"SubmitCtx", "workerpool: Subpool.SubmitCtx: nil context", func() {
+			_ = s.SubmitCtx(nil, func() {}) //nolint:staticcheck // the nil context is the point
+		}},
+		{"Group", "workerpool: Subpool.Group: nil context", func() {
+			s.Group(nil) //nolint:staticcheck // the nil context is the point
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, tc.want, tc.misuse)
+		})
+	}
+	assert.Zero(t, s.Status().Submitted)
 }
