@@ -3,13 +3,18 @@ package workerpool
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
-// takes them back (takeState.giveUp), so that no worker starts them, then
-// asks the dispatcher to remove them and count them Canceled: from the
+// takes them back (takeState.giveUp), so that no worker starts them and no
+// stop drops them; then it asks the dispatcher to remove them: from the
 // scheduler, or, if one was handed out and no worker has claimed it yet,
-// by revoking its hand-off. A worker that claimed one first skips it. The
-// dispatcher neither finishes nor answers a sub-pool's Stop while a
-// give-up is under way (Pool.givingUp), so that when they return every
-// task taken back is counted.
+// by revoking its hand-off. A worker that claimed one first skips it, and
+// reports that it did.
+//
+// The dispatcher counts each task given up Canceled, once, as soon as it
+// learns of it: from its submitter's request, from a worker's report, or
+// as it drops or starts the task itself and finds it given up. So when the
+// request is answered the task is counted, and the dispatcher, which
+// learns of every task it accepted before it finishes, has counted them all
+// when it does.
 
 // A cancelable is a waiter whose submitter may give up on it before it
 // starts.
@@ -21,10 +26,12 @@ type cancelable interface {
 
 // A queueSpot is where a cancelable task waits: its lane and its seq, which
 // the dispatcher records when it accepts the task and reads when the
-// submitter gives up on it. Only the dispatcher touches it.
+// submitter gives up on it, and whether the dispatcher has counted it
+// Canceled. Only the dispatcher touches it.
 type queueSpot struct {
-	lane *lane
-	seq  uint64
+	lane    *lane
+	seq     uint64
+	counted bool
 }
 
 // giveUp takes back the tasks in ws, submitted to s, that the pool has not
@@ -32,8 +39,6 @@ type queueSpot struct {
 // Canceled, in the pool and in s if it is a sub-pool. It returns once they
 // are counted, and reports how many it took back.
 func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
-	p.givingUp.Add(1)
-	defer p.gaveUp()
 	back := ws[:0:0]
 	for _, w := range ws {
 		if w.giveUp() {
@@ -46,19 +51,31 @@ func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
 	r := &request{kind: cancelRequest, cancel: back, done: make(chan struct{})}
 	if p.request(r) {
 		<-r.done
-	} else {
-		// The dispatcher had finished before this give-up began: no task
-		// of ws is in the queue, and nothing counts them but this.
-		countCanceled(s, len(back))
+		return len(back)
+	}
+	// The dispatcher has finished: it counted every task it accepted. A
+	// task that was to run in its submitter, under CallerRuns, it never
+	// saw: that one is counted here.
+	for _, w := range back {
+		if at := w.spot(); at.lane == nil && !at.counted {
+			at.counted = true
+			countCanceled(s, 1)
+		}
 	}
 	return len(back)
 }
 
-// gaveUp counts a give-up out of Pool.givingUp, and tells the dispatcher
-// once none is under way: it may be waiting for that.
-func (p *Pool) gaveUp() {
-	if p.givingUp.Add(-1) == 0 {
-		p.signal()
+// noteCanceled counts w, a task its submitter gave up on, Canceled, in the
+// pool and in the sub-pool of lane l (nil: none), unless it is counted.
+func (p *Pool) noteCanceled(w waiter, l *lane) {
+	c, ok := w.(cancelable)
+	if !ok || c.spot().counted {
+		return
+	}
+	c.spot().counted = true
+	p.stats.canceled.Add(1)
+	if sub := subpoolOf(l); sub != nil {
+		sub.stats.canceled.Add(1)
 	}
 }
 

@@ -79,7 +79,7 @@ func (p *Pool) request(r *request) bool { return p.sendRequest(r, p.done, nil) }
 // never).
 func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
 	select {
-	case p.tasks <- message{kind: requestMessage, req: r}:
+	case p.tasks <- message{req: r}:
 	case p.control <- r:
 	case <-giveUp:
 		return false

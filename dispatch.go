@@ -2,49 +2,79 @@ package workerpool
 
 import (
 	"runtime"
-	"slices"
 
 	"github.com/gammazero/deque"
 )
 
-// A dispatcher is the state of the pool's one dispatcher goroutine, which
-// owns every field here: nothing else reads or writes them, so none needs
-// a lock. What others may see it publishes in Pool.stats.
+// The loop: the pool's one dispatcher goroutine, which owns every field of
+// dispatcher: nothing else reads or writes them, so none needs a lock. What
+// others may see it publishes in Pool.stats.
 //
-// Its loop receives, asks the scheduler, and acts. It receives submissions
-// and requests, and the signals of workers; it asks the scheduler where a
-// task goes and which goes next; and it acts: it hands tasks to workers,
-// starts workers, takes hand-offs back, and answers requests.
+// It receives, asks the scheduler, and acts. It receives submissions and
+// requests, and the workers' signals; it asks the scheduler where a task
+// goes and which goes next; and it acts: it hands tasks to workers, starts
+// workers, takes hand-offs back, and answers requests.
 //
-// Before it waits, the loop keeps this invariant, which checkLoop checks
-// in the build tagged workerpool_checkloop: unless the pool is paused or
-// dropping its queue, or every place under the maximum is taken, the next
-// task the scheduler would hand out cannot go yet. There are as many
-// workers as the maximum, and: the task may go only to a free worker, and
-// none is; or it may wait in the hand-off buffer only alone, or not behind
-// another lane's tasks, and it would; or it may wait there, and the select
-// offers it to the full buffer; or surplus workers are leaving. Where a
-// worker may change that after the loop looked, the loop has asked the
-// workers to signal it (the want bits), and looks again when one does.
+// Between the loop and the workers there are these words, each with one
+// meaning:
+//   - a hand-off: a task sent on Pool.work, in a slot of a ring, with the
+//     send's number; a worker claims it, or the loop revokes it
+//     (handoff.go). A quit is a hand-off with no slot: the worker exits.
+//   - the buffer: Pool.work's capacity, where hand-offs wait for the next
+//     worker to come free. The loop fills it in turn order; when it is
+//     full, the loop offers the next hand-off to it in its select.
+//   - a recall: revoking pending hand-offs and putting their tasks back,
+//     in order, to be handed out again: for a pause, a resize, a new
+//     queue's turn, a queue's place freed by a task's end, a stop.
+//   - a free worker: one that has finished its task and is not in the
+//     panic handler or the task observer. A direct hand-off goes only to a
+//     free worker: the tasks of a queue whose busy key holds a task back,
+//     and every task while a Shutdown deadline is watched.
+//   - a report: a worker tells the loop that a sub-pool's or a keyed task
+//     ended, so that its place and its key are free again (task.go).
+//   - listening: the loop waits for the workers; they signal it (on
+//     Pool.wake) when they claim a hand-off or end a task.
+//   - the record of a worker: the tasks it finished, whether it is busy,
+//     and when it went idle, which the reaping clock reads (reap.go).
+//
+// The common case has a path of its own: while nothing waits in the
+// scheduler and no request is under way, the loop is quiet: it does a
+// plain receive, cheaper than a select, and hands each task out as it
+// comes (receive, accept, handOut).
 type dispatcher struct {
-	p       *Pool
-	sched   *scheduler
-	max     int        // the current maximum of workers (Resize changes it)
-	subs    []*Subpool // the sub-pools whose tasks the loop has seen, by lane id
-	stops   []*request // sub-pools' Stop and StopWait requests, waiting for their lanes to be idle
-	dropped []entry    // the tasks Stop or a Shutdown deadline dropped, for Stop to return
-	got     []entry    // reports taken from Pool.reports, reused
-	crew    crew       // the workers, for reaping and Status
+	p     *Pool
+	sched *scheduler
+	max   int      // the current maximum of workers (Resize changes it)
+	out   handOffs // the hand-offs sent on Pool.work
+	crew  crew     // the workers, for reaping and Status
+	clock reapClock
 
-	out         handOffs  // the hand-offs sent on Pool.work that may be pending
-	back        []handOff // revoke's scratch, and backEntries
-	backEntries []entry
-	// handed counts the tasks given to workers (less those revoked) and
+	// quiet says that the loop may do a plain receive: nothing waits in
+	// the scheduler, no request is under way and the queue has room. The
+	// loop clears it whenever that may have changed, and sets it only
+	// once it has checked (see calm).
+	quiet bool
+	// listening mirrors Pool.listening.
+	listening bool
+	// stoppers counts the workers that called Stop, StopWait or Shutdown
+	// themselves: the loop neither counts them against the maximum nor
+	// waits for them to exit.
+	stoppers int
+
+	// handed counts the tasks handed to workers, less those revoked, and
 	// quits the quits: together, what workers received or will.
 	handed, quits uint64
-	submitted     uint64 // tasks accepted; published as stats.submitted
-	unplaced      int    // tasks accepted in a row that had to wait; see letWorkersRun
-	wants         uint32 // what Pool.wants holds
+	// owedRetires counts the retirements a Resize lowering the maximum has
+	// yet to send: the buffer was full.
+	owedRetires int
+	submitted   uint64 // tasks accepted; published as stats.submitted
+	unplaced    int    // tasks accepted in a row that had to wait; see letWorkersRun
+
+	back    []entry  // revoke's scratch
+	turns   []int64  // and the turns of what it took back
+	got     []report // reports taken from Pool.reports, reused
+	stops   []*request
+	dropped []entry // the tasks Stop or a Shutdown deadline dropped, for Stop to return
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
@@ -54,127 +84,173 @@ type dispatcher struct {
 	draining  bool              // Stop, StopWait or Shutdown was called: accept nothing more
 	dropping  bool              // Stop or a passed deadline dropped the queue: drop what comes
 	down      bool              // the loop has ended and Pool.work is closed
-	ended     bool              // every goroutine the pool started has exited
-	deadlines []<-chan struct{} // the Shutdown contexts' Done channels (see watchDeadline)
-	deadline  <-chan struct{}   // closed once the first of the deadlines is
-
-	clock reapClock // see reap.go
+	deadlines []<-chan struct{} // the Shutdown contexts' Done channels
 }
 
 // run is the dispatcher goroutine. It returns, closing p.done, once the pool
 // is stopped, every task it accepted has ended or been dropped, and every
 // goroutine it started has exited.
-func (d *dispatcher) run() {
+func (d *dispatcher) run(started chan<- struct{}) {
 	p := d.p
-	for !d.finished() {
-		if d.quiet() {
-			// The common case: nothing to hand out and nothing to watch
-			// but submissions, so a plain receive will do, which is
-			// cheaper than a select. Requests come on p.tasks too.
+	p.dispatcherID.Store(goroutineID())
+	for range p.cfg.minWorkers {
+		d.start(entry{lane: &d.sched.own}, false)
+	}
+	close(started)
+	for {
+		if d.quiet {
+			// Nothing to hand out and nothing to watch but submissions: a
+			// plain receive will do. Requests come on p.tasks too.
 			d.receive(<-p.tasks)
 			continue
 		}
-		if d.settle() {
-			continue // something changed meanwhile: look again
+		d.settle()
+		if d.finished() {
+			break
+		}
+		if d.quiet = d.calm(); d.quiet {
+			continue
+		}
+		if d.listen(d.waitsForWorkers()) && d.settle() {
+			continue // a worker did something before it could see listening
 		}
 		checkLoop(d)
-		// Receive submissions only while the queue has room, so that Block
-		// submitters wait in their send while a bounded queue is full.
-		// Meanwhile requests come on p.control: a select locks every
-		// channel it watches, and p.tasks is the most contended of all.
-		var tasks <-chan message
-		var control <-chan *request
-		var reject chan<- struct{}
-		switch {
-		case d.receiving():
-			tasks = p.tasks
-		case !d.draining:
-			control, reject = p.control, p.reject
-		default:
-			control = p.control
-		}
-		var work chan<- handOff
-		next, ok := d.offer()
-		if ok {
-			work = p.work
-		}
-		select {
-		case m := <-tasks:
-			d.receive(m)
-		case reject <- struct{}{}:
-			// A submitter that does not wait learned that the queue is
-			// full; it counts the outcome itself.
-		case work <- next:
-			// A worker took a task from the full buffer: the next goes in.
-			d.sched.take()
-			d.sentOne(next)
-			d.publishWaiting()
-			ok = false
-		case r := <-control:
-			d.handle(r)
-		case <-d.pauseEnd:
-			d.endPause()
-		case <-p.wake:
-			// A worker did something the wants asked it to signal; settle
-			// looks at what.
-		case <-d.deadline:
-			// A Shutdown's deadline passed; settle drops the queue.
-		}
-		if ok {
-			d.out.unsent() // the offer's task is still the scheduler's
-		}
+		d.wait()
 	}
+	d.listen(true)
 	d.windDown()
 }
 
-// quiet reports whether the loop has nothing to do but receive: nothing
-// waits to be handed out, no task is out whose end the scheduler must
-// hear of, no worker is asked to signal or to retire, and no request waits
-// for anything.
-func (d *dispatcher) quiet() bool {
-	return d.sched.waiting == 0 && d.sched.reported == 0 && d.wants == 0 && !d.draining && !d.paused &&
-		len(d.stops) == 0 && d.room() && d.workers() <= d.max
+// wait waits for what the loop can use: a submission or a request, room
+// in the buffer for the next hand-off, the end of a pause, or a worker's
+// signal.
+func (d *dispatcher) wait() {
+	p := d.p
+	// Receive submissions only while the queue has room, so that Block
+	// submitters wait in their send while a bounded queue is full.
+	// Meanwhile requests come on p.control: a select locks every channel
+	// it watches, and p.tasks is the most contended of all.
+	var tasks <-chan message
+	var control <-chan *request
+	var reject chan<- struct{}
+	switch {
+	case d.receiving():
+		tasks = p.tasks
+	case !d.draining:
+		control, reject = p.control, p.reject
+	default:
+		control = p.control
+	}
+	var work chan<- handOff
+	next, offered := d.offer()
+	if offered {
+		work = p.work
+	}
+	// The select only learns what happened; the loop acts after it, once
+	// the offer, if it was not taken, is undone: acting may ready another.
+	var m message
+	var r *request
+	var what waitResult
+	select {
+	case m = <-tasks:
+		what = gotMessage
+	case reject <- struct{}{}:
+		// A submitter that does not wait learned that the queue is full;
+		// it counts the outcome itself.
+		what = toldFull
+	case work <- next:
+		// A worker took a hand-off from the full buffer: the next went in.
+		what = offerTaken
+	case r = <-control:
+		what = gotRequest
+	case <-d.pauseEnd:
+		what = pauseEnded
+	case <-p.wake:
+		// A worker did something the loop listens for; settle looks.
+		what = signalled
+	}
+	if offered && what != offerTaken {
+		d.out.unprepare()
+	}
+	switch what {
+	case gotMessage:
+		d.receive(m)
+	case offerTaken:
+		d.sentOffer(next)
+	case gotRequest:
+		d.handle(r)
+	case pauseEnded:
+		d.endPause()
+	case toldFull, signalled:
+	}
 }
 
-// finished reports whether the loop is done: the pool is stopping, no task
-// waits in a lane, every hand-off is claimed or revoked, no submitter is on
-// its way (none that passed its check of Pool.closed is still to hand
-// over), and no give-up is under way.
-func (d *dispatcher) finished() bool {
-	return d.draining && d.sched.waiting == 0 && d.p.senders.Load() == 0 && d.p.givingUp.Load() == 0 && d.out.settled()
-}
+// A waitResult says which of wait's cases the select took.
+type waitResult uint8
+
+const (
+	gotMessage waitResult = iota
+	toldFull
+	offerTaken
+	gotRequest
+	pauseEnded
+	signalled
+)
 
 // settle brings the loop up to date before it waits: it takes the
 // workers' reports, drops the queue if a Shutdown deadline has passed,
-// hands out what may start, and asks the workers to signal what it waits
-// for. It reports whether to look again rather than wait: a worker may have
-// done something just before the wants asked it to signal it.
+// answers what waits for running tasks, and hands out what may go. It
+// reports whether it did anything.
 func (d *dispatcher) settle() bool {
-	d.collect()
-	d.settleStops()
-	if d.checkDeadline() {
-		return true
-	}
-	if surplus := d.workers() - d.max; surplus > 0 && !d.down {
-		// A surplus worker that parked as Resize took effect, before it
-		// could see it was surplus, leaves now.
-		d.quitParked(surplus, d.max)
-	}
-	d.fill()
-	workers := d.workers()
-	d.updateWants()
-	return d.collect() || d.checkPauseAck() || d.fillable() || d.workers() < workers || d.finished()
+	did := d.collect()
+	did = d.checkDeadline() || did
+	did = d.checkPauseAck() || did
+	did = d.settleStops() || did
+	did = d.sendRetirements() || did
+	return d.fill() || did
 }
 
-// fillable reports whether fill would hand out a task now: workers may have
-// come free, or taken hand-offs from the buffer, since fill looked, and
-// before the wants asked them to signal it.
-func (d *dispatcher) fillable() bool {
-	if !d.canFill() {
+// calm reports whether the loop may go quiet: nothing waits to be handed
+// out, no task is out whose end the scheduler must hear of (a key, a
+// sub-pool's place: a key costs memory only while its tasks wait or run),
+// and nothing else is under way but tasks.
+func (d *dispatcher) calm() bool {
+	return d.sched.waiting == 0 && d.sched.reported == 0 && !d.draining && !d.paused && d.pauseAck == nil &&
+		len(d.stops) == 0 && d.owedRetires == 0 && d.room()
+}
+
+// waitsForWorkers reports whether the loop waits for something only a
+// worker can tell it: a task that ends (for a pause, a stop, a report, a
+// free worker), or a hand-off that is claimed (for room in a bounded
+// queue, or to finish). A full buffer needs no signal: the loop offers it
+// the next hand-off.
+func (d *dispatcher) waitsForWorkers() bool {
+	if d.pauseAck != nil || len(d.stops) > 0 || d.draining || d.owedRetires > 0 || d.sched.reported > 0 {
+		return true
+	}
+	if d.paused || d.sched.waiting == 0 {
+		return !d.room() // duds in the buffer hold its room
+	}
+	_, offering := d.offerable()
+	return !offering
+}
+
+// listen sets Pool.listening to on, if it is not already, and reports
+// whether it was off and is now on: then the loop looks again.
+func (d *dispatcher) listen(on bool) bool {
+	if on == d.listening {
 		return false
 	}
-	e, ok := d.sched.peek()
-	return ok && d.placeable(e.lane, d.ahead(e.lane))
+	d.listening = on
+	d.p.listening.Store(on)
+	return on
+}
+
+// finished reports whether the loop is done: the pool is stopping, no task
+// waits, every hand-off is claimed or revoked, and no submitter is on its
+// way (none that passed its check of Pool.closed is still to hand over).
+func (d *dispatcher) finished() bool {
+	return d.draining && d.sched.waiting == 0 && d.out.settled() && d.p.onWay.empty()
 }
 
 // receiving reports whether the loop receives on p.tasks: while the queue
@@ -185,61 +261,88 @@ func (d *dispatcher) receiving() bool {
 }
 
 // receive takes m, a submission or a request, then whatever else is
-// already waiting on p.tasks, without going round the loop for each.
+// already waiting on p.tasks, without going round the loop for each, and
+// publishes the tasks in hand once.
 func (d *dispatcher) receive(m message) {
 	for n := 1; ; n++ {
-		if m.kind == requestMessage {
+		if m.req != nil {
 			d.handle(m.req)
 		} else {
 			d.accept(m)
 		}
 		if n == 64 || !d.receiving() {
-			return
+			break
 		}
 		select {
 		case m = <-d.p.tasks:
+			continue
 		default:
-			return
 		}
+		break
 	}
+	d.publishInHand()
 }
 
 // accept takes a submitted task: to a worker at once if it may start and
-// nothing waits (a parked worker, a new one or the hand-off buffer), else
-// into the scheduler.
+// nothing waits, else into the scheduler.
 func (d *dispatcher) accept(m message) {
+	// Submitted before the task can start, so that no Status sees it
+	// Completed and not Submitted.
 	d.submitted++
 	d.p.stats.submitted.Store(d.submitted)
-	var e entry
-	if m.kind == taskMessage && m.sub == nil {
-		// The common case, kept short: a task of the pool's own queue.
-		e = entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
-	} else {
-		var l *lane
-		if m.sub != nil {
-			l = d.see(m.sub)
-			m.sub.stats.submitted.Add(1)
-		}
-		e = d.sched.admit(m.task, l, m.key, m.kind == keyedTaskMessage, d.acceptedNow())
-	}
-	if m.task.w != nil {
+	if m.sub == nil && !m.keyed && d.quiet {
+		// The common case, kept short: a task of the pool's own queue
+		// while nothing waits.
+		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
 		noteSpot(e)
-	}
-	switch {
-	case d.dropping:
-		// Stop dropped the queue: a task that a submitter on its way
-		// handed over since goes the same way.
-		d.drop(e)
-	case !d.paused && d.sched.startsNow(e) && d.roomForOneMore() && d.place(e, d.ahead(e.lane)):
-		d.sched.start(e)
-		d.publishInHand()
-		if len(d.p.work) > 0 {
-			d.notePeak() // it may wait in the buffer
+		if d.out.allOf(e.lane) && d.handOut(e, d.sched.nextTurn()) {
+			d.sched.start(e)
+			if d.cfg().maxWaiting > 0 && !d.room() {
+				d.quiet = false // the buffer holds all that may wait
+			}
+			return
 		}
-	default:
-		d.wait(e, m.sub)
-		d.letWorkersRun()
+		d.quiet = false
+		d.waitOrDrop(e)
+		return
 	}
+	var l *lane
+	if m.sub != nil {
+		l = m.sub.lane
+		m.sub.stats.submitted.Add(1)
+	}
+	d.collect() // ends that free the task's place or key
+	e := d.sched.admit(m.task, l, m.key, m.keyed, d.acceptedNow())
+	noteSpot(e)
+	if !d.dropping && !d.paused && d.sched.startsNow(e) && d.out.allOf(e.lane) && d.mayBuffer(e.lane) && d.handOut(e, d.sched.nextTurn()) {
+		d.sched.start(e)
+		d.publishLane(e.lane)
+		if d.cfg().maxWaiting > 0 && !d.room() {
+			d.quiet = false
+		}
+		return
+	}
+	d.quiet = false
+	d.waitOrDrop(e)
+}
+
+// waitOrDrop puts e, which may not start now, into the scheduler, or drops
+// it if Stop dropped the queue: a submitter on its way handed it over
+// since. If e's lane had no task waiting and the buffer holds other
+// lanes' hand-offs, they come back first, so that e's lane takes its turn
+// after theirs, not after every one handed out ahead.
+func (d *dispatcher) waitOrDrop(e entry) {
+	if d.dropping {
+		d.drop(e)
+		return
+	}
+	if e.lane.waiting == 0 && !d.out.allOf(e.lane) {
+		d.recall(0)
+	}
+	d.sched.wait(e)
+	d.publishLane(e.lane)
+	d.noteWaiting(e.lane)
+	d.letWorkersRun()
 }
 
 // acceptedNow returns the time of a task accepted now, for its timing, or
@@ -251,57 +354,66 @@ func (d *dispatcher) acceptedNow() int64 {
 	return d.p.now()
 }
 
-// wait puts e, which may not start now, into the scheduler. If e's lane is
-// the first or second to wait and the hand-off buffer holds tasks of other
-// lanes, handed out while no lane but theirs waited, they come back to
-// their lanes first, to take turns with e's.
-func (d *dispatcher) wait(e entry, sub *Subpool) {
-	if !e.lane.inRing && d.sched.lanesWaiting() <= 1 && !d.out.allOf(e.lane) {
-		d.recall(nil)
+// fill hands out waiting tasks, in turn order, as many as may go, and
+// reports whether it handed out any.
+func (d *dispatcher) fill() bool {
+	if d.paused || d.dropping || d.sched.waiting == 0 {
+		return false
 	}
-	d.sched.wait(e)
-	d.publishWaiting()
-	if sub != nil {
-		sub.notePeak(d.buffered())
+	if d.deadlines != nil && d.checkDeadline() {
+		return true // no queued task starts once a deadline has passed
 	}
-}
-
-// fill hands out waiting tasks to parked workers, new workers and the
-// hand-off buffer, as many as may start.
-func (d *dispatcher) fill() {
-	for d.canFill() {
+	if d.sched.rejoined {
+		// A lane passed over took its place back: what was handed out
+		// after its turn comes back, to go after it.
+		d.sched.rejoined = false
+		d.recallAfter(d.sched.lowJoin)
+	}
+	free := -1 // free workers, counted once if a direct hand-off needs it
+	did := false
+	for {
 		e, ok := d.sched.peek()
 		if !ok {
 			break
 		}
-		ahead := d.ahead(e.lane)
-		if ahead == 0 {
-			if d.workers() >= d.max && !d.spareWorker() {
+		direct := !d.mayBuffer(e.lane)
+		if direct && d.working() >= d.max {
+			if len(d.p.work) > 0 {
+				break // a free worker would take what the buffer holds first
+			}
+			if free < 0 {
+				// Count the free workers, then take the reports: a worker
+				// counted free has reported the end of its task, which may
+				// free a key whose task goes before this one.
+				free = d.freeWorkers()
+				if d.collect() {
+					continue
+				}
+			}
+			if free == 0 {
 				break
 			}
-			if e.lane.held > 0 && d.collect() {
-				continue // a key freed as its task ended: look again
-			}
+			free--
 		}
-		if !d.place(e, ahead) {
+		if !d.handOut(e, e.lane.turn) {
 			break
 		}
 		d.sched.take()
+		did = true
 	}
-	d.publishWaiting()
+	if did {
+		d.unplaced = 0
+		d.publishInHand()
+	}
+	return did
 }
 
-// canFill reports whether the loop may hand out tasks now.
-func (d *dispatcher) canFill() bool {
-	return !d.paused && !d.dropping && d.sched.waiting > 0 && d.roomForOneMore()
-}
-
-// roomForOneMore reports whether one more task may be handed out without
-// more than the maximum running at once: always, with no more workers than
-// the maximum. After Resize lowered it, while surplus workers leave, a task
-// may go only while fewer than the maximum are handed out and not done.
-func (d *dispatcher) roomForOneMore() bool {
-	return d.workers() <= d.max || d.handed-d.crew.doneTasks() < uint64(d.max)
+// mayBuffer reports whether a task of lane l may wait in the hand-off
+// buffer: not while a busy key holds back a task of l, nor while a
+// Shutdown deadline is watched, so that no task waits where a worker could
+// take it once the deadline has passed.
+func (d *dispatcher) mayBuffer(l *lane) bool {
+	return d.deadlines == nil && d.sched.mayBuffer(l)
 }
 
 // letWorkersRun yields once 64 tasks in a row had to wait, if the pool
@@ -320,23 +432,14 @@ func (d *dispatcher) letWorkersRun() {
 	}
 }
 
-// see returns sub's lane, and records sub as the owner of its tasks that
-// the scheduler hands out.
-func (d *dispatcher) see(sub *Subpool) *lane {
-	l := sub.lane
-	if l.id >= len(d.subs) {
-		d.subs = slices.Grow(d.subs, l.id+1-len(d.subs))[:l.id+1]
-	}
-	d.subs[l.id] = sub
-	return l
-}
-
-// subpool returns the sub-pool of lane l, or nil for the pool's own.
-func (d *dispatcher) subpool(l *lane) *Subpool {
-	if l.id == 0 {
+// subpoolOf returns the sub-pool of lane l, or nil for the pool's own (or
+// none: a task that CallerRuns runs in its submitter has no lane).
+func subpoolOf(l *lane) *Subpool {
+	if l == nil {
 		return nil
 	}
-	return d.subs[l.id]
+	s, _ := l.owner.(*Subpool)
+	return s
 }
 
 // room reports whether one more task may wait: the lanes and the hand-off
@@ -348,7 +451,7 @@ func (d *dispatcher) room() bool {
 
 // buffered returns how many tasks may wait in the hand-off buffer: at most
 // what it holds, less the revoked hand-offs that wait there for a worker
-// to drop them, and at most the hand-offs not yet known to be claimed.
+// to drop them, and at most the hand-offs pending.
 func (d *dispatcher) buffered() int {
 	n := len(d.p.work)
 	if n == 0 {
@@ -363,18 +466,25 @@ func (d *dispatcher) cfg() *config { return &d.p.cfg }
 // or starting.
 func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 
-// publishWaiting publishes the tasks in hand, having recorded the peak of
-// those waiting.
-func (d *dispatcher) publishWaiting() {
+// working returns how many workers count against the maximum: all of
+// them but the stoppers, which wait for the pool to stop.
+func (d *dispatcher) working() int { return d.workers() - d.stoppers }
+
+// publishInHand publishes the tasks in hand (see stats.inHand), having
+// recorded the peak of those waiting: only between moves, once a task
+// handed out has left the scheduler's count, so that Status never counts
+// one twice.
+func (d *dispatcher) publishInHand() {
 	d.notePeak()
-	d.publishInHand()
+	d.p.stats.inHand.Store(uint64(d.sched.waiting) + d.handed)
 }
 
-// publishInHand publishes the tasks in hand (see stats.inHand): only
-// between moves, once a task handed out has left the scheduler's count,
-// so that Status never counts one twice.
-func (d *dispatcher) publishInHand() {
-	d.p.stats.inHand.Store(uint64(d.sched.waiting) + d.handed)
+// noteWaiting records that a task of lane l waits: l's sub-pool may have a
+// new peak of waiting tasks.
+func (d *dispatcher) noteWaiting(l *lane) {
+	if sub := subpoolOf(l); sub != nil {
+		sub.notePeak()
+	}
 }
 
 // notePeak records the waiting tasks, those in the hand-off buffer

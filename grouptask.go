@@ -47,9 +47,7 @@ func (g *Group) take(c *takeState, w cancelable) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || g.ctx.Err() != nil {
-		if w.giveUp() {
-			countCanceled(g.to, 1)
-		}
+		w.giveUp() // the pool counts it Canceled, as it learns of it
 		return false
 	}
 	if !c.take() {

@@ -20,6 +20,12 @@ type entry struct {
 	accepted int64
 }
 
+// mustReport reports whether the scheduler must be told when e ends: a
+// keyed task frees its key, and a sub-pool's task (its lane has an owner)
+// a place under its limit. Workers ask it too: it reads nothing that
+// changes.
+func (e *entry) mustReport() bool { return e.line != nil || e.lane.owner != nil }
+
 // A lane is one of the scheduler's queues: the pool's own, or a sub-pool's.
 // It holds the lane's waiting tasks: unkeyed ones in a fifo, keyed ones in
 // the lines of their keys. Of the waiting tasks that may start, it hands out
@@ -30,9 +36,10 @@ type entry struct {
 //
 // A lane is plain data, owned by the scheduler.
 type lane struct {
-	// id is 0 for the pool's lane, and a number of its own for each
-	// sub-pool's, by which the loop tells them apart.
-	id int
+	// owner is what the lane is the queue of, for the loop: the sub-pool,
+	// or nil for the pool's own lane. Set when the lane is made, it never
+	// changes; the scheduler looks only at whether it is nil.
+	owner any
 	// limit is the most tasks of the lane that may run at once; 0 means
 	// no limit of its own (the pool's lane). running counts the lane's
 	// tasks handed to a worker (or on their way to one) and not yet ended.
@@ -47,30 +54,32 @@ type lane struct {
 	// forget.
 	mostKeys int
 
-	waiting int  // tasks waiting: in the fifo and in the lines
-	held    int  // of them, those in the lines of busy keys
-	inRing  bool // in the scheduler's ring: it has waiting tasks
+	waiting int // tasks waiting: in the fifo and in the lines
+	held    int // of them, those in the lines of busy keys
+	// handed counts the lane's tasks that the loop handed to workers, less
+	// those it took back: its sub-pool's Status counts as waiting those of
+	// them no worker has started.
+	handed uint64
+	// turn is the lane's place in the scheduler's turns while it has
+	// waiting tasks; inTurns says whether it is in the turns, and asideAt
+	// is 1 + its index among the lanes set aside, or 0.
+	turn    int64
+	inTurns bool
+	asideAt int
 }
 
 // A keyLine is the line of one key's tasks in one lane. A key has a line
-// only while a task with it waits or runs, so an idle key costs nothing.
+// only while a task with it waits or runs, so an idle key costs nothing. A
+// keyed task is always a func: SubmitKey takes nothing else.
 type keyLine struct {
-	key   string
-	lane  *lane
-	tasks deque.Deque[queued] // waiting, in acceptance order
-	// accepted holds when the pool accepted each waiting task, beside
-	// tasks, in nanoseconds since the pool was made, if it times its tasks.
-	accepted deque.Deque[int64]
-	busy     bool // a task of the key is running
+	key      string
+	lane     *lane
+	fns      deque.Deque[func()] // waiting, in acceptance order
+	seqs     rising              // their seqs
+	accepted rising              // when the pool accepted them, if it times its tasks
+	busy     bool                // a task of the key is running
 	// at is the line's index in its lane's ready heap, or -1.
 	at int
-}
-
-// A queued task is one waiting in a key's line, with its seq: 16 bytes. A
-// keyed task is always a func: SubmitKey takes nothing else.
-type queued struct {
-	fn  func()
-	seq uint64
 }
 
 // mayStart reports whether the lane has a waiting task that may start now:
@@ -92,13 +101,8 @@ func (l *lane) first() entry {
 	seq, unkeyed := l.fifo.frontSeq()
 	if l.ready.Len() > 0 {
 		line := l.ready[0]
-		q := line.tasks.Front()
-		if !unkeyed || q.seq < seq {
-			e := entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
-			if line.accepted.Len() > 0 {
-				e.accepted = line.accepted.Front()
-			}
-			return e
+		if q := line.seqs.first(); !unkeyed || q < seq {
+			return entry{task: task{fn: line.fns.Front()}, lane: l, line: line, seq: q, accepted: int64(line.accepted.first())}
 		}
 	}
 	return entry{task: l.fifo.front(), lane: l, seq: seq, accepted: l.fifo.firstAccepted()}
@@ -111,10 +115,7 @@ func (l *lane) remove(e entry) {
 		l.fifo.popFront()
 		return
 	}
-	e.line.tasks.PopFront()
-	if e.accepted != 0 {
-		e.line.accepted.PopFront()
-	}
+	e.line.popFront()
 	heap.Remove(&l.ready, e.line.at)
 }
 
@@ -127,14 +128,15 @@ func (l *lane) push(e entry) {
 		l.fifo.pushBack(e.task, e.seq, e.accepted)
 		return
 	}
-	line.tasks.PushBack(queued{e.fn, e.seq})
+	line.fns.PushBack(e.fn)
+	line.seqs.pushBack(e.seq)
 	if e.accepted != 0 {
-		line.accepted.PushBack(e.accepted)
+		line.accepted.pushBack(uint64(e.accepted))
 	}
 	switch {
 	case line.busy:
 		l.held++
-	case line.tasks.Len() == 1:
+	case line.fns.Len() == 1:
 		heap.Push(&l.ready, line)
 	}
 }
@@ -150,15 +152,25 @@ func (l *lane) pushFront(e entry) {
 		return
 	}
 	line.busy = false
-	l.held -= line.tasks.Len()
-	line.tasks.PushFront(queued{e.fn, e.seq})
+	l.held -= line.fns.Len()
+	line.fns.PushFront(e.fn)
+	line.seqs.pushFront(e.seq)
 	if e.accepted != 0 {
-		line.accepted.PushFront(e.accepted)
+		line.accepted.pushFront(uint64(e.accepted))
 	}
 	if line.at >= 0 {
 		heap.Fix(&l.ready, line.at)
 	} else {
 		heap.Push(&l.ready, line)
+	}
+}
+
+// popFront removes the line's first task.
+func (line *keyLine) popFront() {
+	line.fns.PopFront()
+	line.seqs.popFront()
+	if line.accepted.len() > 0 {
+		line.accepted.popFront()
 	}
 }
 
@@ -187,7 +199,7 @@ func (l *lane) line(key string, free *[]*keyLine) *keyLine {
 // next task may start, or, with none waiting, the line goes.
 func (l *lane) keyEnded(line *keyLine, free *[]*keyLine) {
 	line.busy = false
-	if n := line.tasks.Len(); n > 0 {
+	if n := line.fns.Len(); n > 0 {
 		l.held -= n
 		heap.Push(&l.ready, line)
 		return
@@ -212,7 +224,7 @@ const smallKeyMap = 64
 func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 	delete(l.keys, line.key)
 	if len(*free) < maxFreeLines {
-		*line = keyLine{tasks: line.tasks, accepted: line.accepted, at: -1} // empty, its buffers kept
+		*line = keyLine{fns: line.fns, seqs: line.seqs.emptied(), accepted: line.accepted.emptied(), at: -1} // its buffers kept
 		*free = append(*free, line)
 	}
 	if n := len(l.keys); n < l.mostKeys/4 && l.mostKeys > smallKeyMap {
@@ -229,17 +241,14 @@ func (l *lane) forget(line *keyLine, free *[]*keyLine) {
 // their task ends; the others go.
 func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
 	for l.fifo.len() > 0 {
-		e := entry{task: l.fifo.front(), lane: l, seq: l.fifo.firstSeq(), accepted: l.fifo.firstAccepted()}
+		seq, _ := l.fifo.frontSeq()
+		tasks = append(tasks, entry{task: l.fifo.front(), lane: l, seq: seq, accepted: l.fifo.firstAccepted()})
 		l.fifo.popFront()
-		tasks = append(tasks, e)
 	}
 	for _, line := range l.keys {
-		for q := range line.tasks.IterPopFront() {
-			e := entry{task: task{fn: q.fn}, lane: l, line: line, seq: q.seq}
-			if line.accepted.Len() > 0 {
-				e.accepted = line.accepted.PopFront()
-			}
-			tasks = append(tasks, e)
+		for line.fns.Len() > 0 {
+			tasks = append(tasks, entry{task: task{fn: line.fns.Front()}, lane: l, line: line, seq: line.seqs.first(), accepted: int64(line.accepted.first())})
+			line.popFront()
 		}
 		line.at = -1
 		if !line.busy {
@@ -255,10 +264,8 @@ func (l *lane) drain(tasks []entry, free *[]*keyLine) []entry {
 // ready lines of a lane, for container/heap.
 type lineHeap []*keyLine
 
-func (h lineHeap) Len() int { return len(h) }
-func (h lineHeap) Less(i, j int) bool {
-	return h[i].tasks.Front().seq < h[j].tasks.Front().seq
-}
+func (h lineHeap) Len() int           { return len(h) }
+func (h lineHeap) Less(i, j int) bool { return h[i].seqs.first() < h[j].seqs.first() }
 func (h lineHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].at, h[j].at = i, j
@@ -280,37 +287,25 @@ func (h *lineHeap) Pop() any {
 	return line
 }
 
-// A fifo is a queue of unkeyed tasks with their seqs. A func costs 8 bytes
-// in it, a waiter 24: their seqs are kept apart, as runs of consecutive
-// numbers, and a lane's tasks mostly come in long runs.
+// A fifo is a queue of unkeyed tasks, with their seqs. A func costs 12
+// bytes in it, a waiter 28: its seq is kept apart, as a gap of 4 bytes from
+// the one before (see rising).
 type fifo struct {
-	fns     deque.Deque[func()] // nil: the next of waiters
-	waiters deque.Deque[waiter]
-	runs    deque.Deque[seqRun]
-	// accepted holds when the pool accepted each task, if it times its
-	// tasks, in nanoseconds since it was made: empty otherwise.
-	accepted deque.Deque[int64]
+	fns      deque.Deque[func()] // nil: the next of waiters
+	waiters  deque.Deque[waiter]
+	seqs     rising
+	accepted rising // when the pool accepted each task, if it times its tasks: empty otherwise
 }
-
-// A seqRun is n consecutive seqs from first: those of n tasks in a row.
-type seqRun struct{ first, n uint64 }
 
 func (f *fifo) len() int { return f.fns.Len() }
 
-// holds reports whether the task numbered seq is in the fifo: its seqs are
-// in runs, in order.
+// holds reports whether the task numbered seq may be in the fifo: whether
+// seq is within the seqs of its first and last tasks. The fifo holds every
+// unkeyed task of its lane in that range that its submitter has not given
+// up on: a lane's tasks leave it first in, first out, and come back to its
+// front.
 func (f *fifo) holds(seq uint64) bool {
-	n := f.runs.Len()
-	i, j := 0, n
-	for i < j { // the first run that ends after seq
-		h := (i + j) / 2
-		if r := f.runs.At(h); r.first+r.n <= seq {
-			i = h + 1
-		} else {
-			j = h
-		}
-	}
-	return i < n && f.runs.At(i).first <= seq
+	return f.seqs.len() > 0 && f.seqs.first() <= seq && seq <= f.seqs.last
 }
 
 // front returns the first task; the fifo must not be empty.
@@ -323,36 +318,23 @@ func (f *fifo) front() task {
 
 // firstAccepted returns when the pool accepted the first task, or 0 if it
 // does not time its tasks.
-func (f *fifo) firstAccepted() int64 {
-	if f.accepted.Len() == 0 {
-		return 0
-	}
-	return f.accepted.Front()
-}
-
-// firstSeq returns the first task's seq; the fifo must not be empty.
-func (f *fifo) firstSeq() uint64 { return f.runs.Front().first }
+func (f *fifo) firstAccepted() int64 { return int64(f.accepted.first()) }
 
 // frontSeq returns the first task's seq, and false if there is none.
 func (f *fifo) frontSeq() (uint64, bool) {
-	if f.runs.Len() == 0 {
+	if f.seqs.len() == 0 {
 		return 0, false
 	}
-	return f.runs.Front().first, true
+	return f.seqs.first(), true
 }
 
 func (f *fifo) popFront() {
 	if f.fns.PopFront() == nil {
 		f.waiters.PopFront()
 	}
-	if f.accepted.Len() > 0 {
-		f.accepted.PopFront()
-	}
-	r := f.runs.Front()
-	if r.n == 1 {
-		f.runs.PopFront()
-	} else {
-		f.runs.Set(0, seqRun{r.first + 1, r.n - 1})
+	f.seqs.popFront()
+	if f.accepted.len() > 0 {
+		f.accepted.popFront()
 	}
 }
 
@@ -361,16 +343,10 @@ func (f *fifo) pushBack(t task, seq uint64, accepted int64) {
 	if t.w != nil {
 		f.waiters.PushBack(t.w)
 	}
+	f.seqs.pushBack(seq)
 	if accepted != 0 {
-		f.accepted.PushBack(accepted)
+		f.accepted.pushBack(uint64(accepted))
 	}
-	if n := f.runs.Len(); n > 0 {
-		if r := f.runs.Back(); r.first+r.n == seq {
-			f.runs.Set(n-1, seqRun{r.first, r.n + 1})
-			return
-		}
-	}
-	f.runs.PushBack(seqRun{seq, 1})
 }
 
 func (f *fifo) pushFront(t task, seq uint64, accepted int64) {
@@ -378,14 +354,89 @@ func (f *fifo) pushFront(t task, seq uint64, accepted int64) {
 	if t.w != nil {
 		f.waiters.PushFront(t.w)
 	}
+	f.seqs.pushFront(seq)
 	if accepted != 0 {
-		f.accepted.PushFront(accepted)
+		f.accepted.pushFront(uint64(accepted))
 	}
-	if f.runs.Len() > 0 {
-		if r := f.runs.Front(); r.first == seq+1 {
-			f.runs.Set(0, seqRun{seq, r.n + 1})
-			return
+}
+
+// A rising is a queue of numbers that never fall from one to the next: the
+// seqs of a lane's tasks, or when they were accepted. It keeps each as its
+// gap from the one before, in 4 bytes; a gap too wide for them (over four
+// billion tasks, or four seconds) is kept whole, in far. So a task costs 4
+// bytes however its lane's tasks and others' interleave.
+type rising struct {
+	gaps deque.Deque[uint32] // the first's is 0, or farGap
+	far  deque.Deque[uint64] // the numbers whose gap is farGap, in order
+	// head is the first number, last the last one, while there are any.
+	head, last uint64
+}
+
+// farGap marks a number kept whole, in far.
+const farGap = ^uint32(0)
+
+func (r *rising) len() int { return r.gaps.Len() }
+
+// first returns the first number, or 0 if there is none.
+func (r *rising) first() uint64 {
+	if r.gaps.Len() == 0 {
+		return 0
+	}
+	return r.head
+}
+
+// pushBack adds n, at least the last number, behind the others.
+func (r *rising) pushBack(n uint64) {
+	switch {
+	case r.gaps.Len() == 0:
+		r.gaps.PushBack(0)
+		r.head = n
+	case n-r.last >= uint64(farGap):
+		r.gaps.PushBack(farGap)
+		r.far.PushBack(n)
+	default:
+		r.gaps.PushBack(uint32(n - r.last))
+	}
+	r.last = n
+}
+
+// pushFront adds n, at most the first number, in front of the others.
+func (r *rising) pushFront(n uint64) {
+	if r.gaps.Len() == 0 {
+		r.pushBack(n)
+		return
+	}
+	// The first number's gap, unused while it was first, is now from n.
+	if g := r.gaps.Front(); g != farGap {
+		if r.head-n >= uint64(farGap) {
+			r.gaps.Set(0, farGap)
+			r.far.PushFront(r.head)
+		} else {
+			r.gaps.Set(0, uint32(r.head-n))
 		}
 	}
-	f.runs.PushFront(seqRun{seq, 1})
+	r.gaps.PushFront(0)
+	r.head = n
+}
+
+// popFront removes the first number.
+func (r *rising) popFront() {
+	if r.gaps.PopFront() == farGap {
+		r.far.PopFront()
+	}
+	if r.gaps.Len() == 0 {
+		return
+	}
+	if g := r.gaps.Front(); g == farGap {
+		r.head = r.far.Front()
+	} else {
+		r.head += uint64(g)
+	}
+}
+
+// emptied returns r empty, with its buffers kept.
+func (r *rising) emptied() rising {
+	r.gaps.Clear()
+	r.far.Clear()
+	return rising{gaps: r.gaps, far: r.far}
 }

@@ -25,13 +25,14 @@
 // so a task is accepted exactly when the dispatcher takes it. Workers wait
 // for tasks on a second channel, longest idle first, whose small buffer
 // (the hand-off buffer) lets a worker that comes free take its next task
-// without waiting for the dispatcher; a task there carries a claim, which
-// the worker taking it and the dispatcher taking it back (to pause, stop,
-// or give another queue its turn) each try to win with one compare-and-
-// swap. The dispatcher gives a task to an idle worker if there is one,
-// else starts a worker if fewer than the maximum exist, else queues it.
-// Which queued task goes next is decided by a scheduler of plain data,
-// which the dispatcher asks and which never acts.
+// without waiting for the dispatcher. What goes through it is a slot of a
+// ring, which holds the task, and a number: the worker that receives it
+// claims it with one compare-and-swap, and the dispatcher, to take it back
+// (to pause, stop, or give another queue its turn), revokes it with
+// another; one of the two wins. The dispatcher gives a task to an idle
+// worker if there is one, else starts a worker if fewer than the maximum
+// exist, else queues it. Which queued task goes next is decided by a
+// scheduler of plain data, which the dispatcher asks and which never acts.
 //
 // The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
 // [WithOverflow] chooses what a submission to a full queue does: wait
@@ -46,12 +47,17 @@
 // waits for it; the queue's other tasks, keyed or not, do not. While a busy
 // key holds a task back, the tasks behind it go only to a free worker,
 // never to wait ahead of it, so that once its key is free it goes next.
-// When a worker comes free and several queues have a task that may start,
-// they take turns, round robin; a sub-pool at its limit is passed over,
-// keeping its place, until one of its tasks ends. Its turn comes once the
-// dispatcher has seen that end: a task or two handed out as it ended may
-// start first. With more than one worker, a task may of course start
-// before an earlier one has.
+// When several queues have a task that may start, they take turns, round
+// robin, as workers come free; a sub-pool at its limit is passed over,
+// keeping its place, until one of its tasks ends. The dispatcher hands the
+// next tasks out ahead of the workers, to the buffer, in the order of their
+// turns, and takes back those no worker has taken when the turns change:
+// when a task comes to a queue that had none waiting, it goes after one
+// turn of each queue already waiting; a sub-pool freed from its limit, or
+// whose tasks all waited for a busy key, takes its place back. The tasks
+// that workers had taken by then (at most one each, and those they take in
+// the moment before the dispatcher sees the change) start first. With more
+// than one worker, a task may of course start before an earlier one has.
 //
 // # Shutdown
 //
@@ -67,11 +73,23 @@
 // ErrStopped. When they return, every goroutine the pool started has
 // exited, or has at most its return left to do.
 //
-// Calling Stop, StopWait, Shutdown, SubmitWait, or Pause with a ctx that is
-// never done, from inside a task of the same pool can deadlock: the task
-// waits for the pool, and the pool for the task. So can a Submit from a
-// task when the queue is bounded and the policy is [Block], and a
-// SubmitKey or a sub-pool's submission under any policy of a bounded queue.
+// Called by one of the pool's own workers (in a task, the panic handler,
+// the task observer, or a [Local]'s open or close), Stop, StopWait and
+// Shutdown do the same, but do not wait for that worker, which would wait
+// for itself: they return once every other goroutine the pool started has
+// exited, and the worker exits once it returns to the pool. While it waits,
+// it does not count against the maximum: the pool may start a worker in
+// its place, so that StopWait from the pool's only worker still runs the
+// queue. Telling the pool's workers from other goroutines costs these calls
+// a read of their caller's stack trace, a few microseconds.
+//
+// Other calls that wait for the pool can deadlock from inside a task of the
+// same pool: the task waits for the pool, and the pool for the task.
+// SubmitWait, Call, a Future's Wait, a Group's Wait and Map when every
+// worker is busy with tasks that wait so; Pause with a ctx that is never
+// done; a Submit when the queue is bounded and the policy is [Block], and
+// a SubmitKey or a sub-pool's submission under any policy of a bounded
+// queue.
 //
 // # Panics
 //
@@ -150,11 +168,14 @@
 //
 // A Submit of a prepared func allocates nothing; SubmitWait allocates one
 // waiter, Go the Future, Call its record and a channel, Group.Go one task,
-// and Map nothing per item. A waiting task costs at most 16 bytes of queue
-// beyond its closure. A sub-pool's tasks and keyed tasks cost a report to
-// the dispatcher when they end; other tasks do not. Timings cost three clock
-// reads per task, and nothing when off. The README and benchmarks/RESULTS.md
-// give the measured figures.
+// and Map nothing per item. A waiting task costs 12 bytes of queue beyond
+// its closure, 16 with task timings, however the tasks of its queue and
+// others' interleave; a queue grows by doubling, so it may hold as much
+// again in spare room. A sub-pool's tasks and keyed tasks cost a report to
+// the dispatcher when they end; other tasks do not. Turns cost the same
+// however many sub-pools there are. Timings cost three clock reads per
+// task, and nothing when off. The README and benchmarks/RESULTS.md give the
+// measured figures.
 package workerpool
 
 import (
@@ -198,18 +219,18 @@ type Pool struct {
 	// control carries requests to the dispatcher while it does not
 	// receive on tasks.
 	control chan *request
-	// work carries tasks from the dispatcher to the workers, each with
-	// its claim, and quits to idle workers. A send on it goes to the worker
-	// parked longest, if one is; else into its buffer, the hand-off buffer
-	// (see handoff.go). Closing it tells the workers to exit once the pool
-	// has stopped.
+	// work carries hand-offs from the dispatcher to the workers: tasks,
+	// each in a slot that a worker claims, and quits. A send on it goes to
+	// the worker parked longest, if one is; else into its buffer, the
+	// hand-off buffer (see handoff.go). Closing it tells the workers to
+	// exit once the pool has stopped.
 	work chan handOff
-	// wants says what the dispatcher wants of the workers (the want* bits);
-	// only the dispatcher writes it. wake (buffer 1) is how a worker, or a
-	// submitter leaving a stopping pool, tells it that something it waits
-	// for happened.
-	wants atomic.Uint32
-	wake  chan struct{}
+	// listening says that the dispatcher waits for the workers: a worker
+	// that claims a hand-off or ends a task then tells it, on wake (buffer
+	// 1), as does a submitter leaving a stopping pool. Only the dispatcher
+	// writes it; it is false in the common case.
+	listening atomic.Bool
+	wake      chan struct{}
 	// tick is the reaping clock, advanced by the dispatcher; workers stamp
 	// it when they go idle.
 	tick atomic.Uint64
@@ -222,14 +243,19 @@ type Pool struct {
 	stopCalled, drainCalled atomic.Bool
 	// stopping is closed by the dispatcher once it accepts nothing more;
 	// closing when its loop has ended and it tells the workers to exit, so
-	// that its clock and deadline watchers give up; done as its last act,
-	// after every goroutine the pool started has exited.
+	// that its clock gives up; done as its last act, after every goroutine
+	// the pool started has exited.
 	stopping, closing, done chan struct{}
 
-	// wg counts the pool's goroutines other than the dispatcher: workers,
-	// the reaping clock and deadline mergers. The dispatcher waits for it
-	// before it closes done.
-	wg sync.WaitGroup
+	// live counts the pool's goroutines other than the dispatcher: workers
+	// and the reaping clock. Each counts itself out as its last act, and
+	// tells the dispatcher, which waits for them before it closes done: for
+	// all of them but the stoppers, workers that called Stop, StopWait or
+	// Shutdown themselves (see stopper).
+	live atomic.Int64
+	// dispatcherID is the dispatcher goroutine's number: every worker it
+	// starts says so in its stack trace (see onWorker).
+	dispatcherID atomic.Uint64
 
 	// abandoned holds the fire-and-forget tasks that Stop or a Shutdown
 	// deadline dropped, in the order the pool accepted them, and dropped
@@ -246,26 +272,21 @@ type Pool struct {
 	timings taskTimings
 
 	// subpools lists the pool's sub-pools not yet stopped, in the order
-	// they were made, and counts those made, which numbers their lanes.
+	// they were made.
 	subpools struct {
 		mu   sync.Mutex
 		list []*Subpool
-		made int
 	}
 
 	// The fields below are written by submitters and workers as tasks come
-	// and go: each on a cache line of its own, apart from the fields above,
+	// and go: each on cache lines of its own, apart from the fields above,
 	// which every worker and submitter reads for every task.
 	_ [cacheLine]byte
-	// senders counts the submitters that found closed unset and have not
+	// onWay counts the submitters that found closed unset and have not
 	// yet handed their task over (or registered a CallerRuns task): the
-	// dispatcher finishes only once it is 0, so that every submission it
-	// let through is taken.
-	senders atomic.Int64
-	// givingUp counts the give-ups under way (see cancel.go): the
-	// dispatcher finishes, and answers sub-pools' Stops, only at 0.
-	givingUp atomic.Int64
-	_        [cacheLine - 16]byte
+	// dispatcher finishes only once there are none, so that every
+	// submission it let through is taken.
+	onWay onWay
 	// reports carries the ends of sub-pools' and keyed tasks from the
 	// workers to the dispatcher.
 	reports reports
@@ -300,14 +321,13 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		done:     make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
-	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers)}
-	d.out.init()
+	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers), quiet: true}
+	d.out.init(buffer)
 	d.clock.timeout = p.cfg.idleTimeout
 	d.publishWorkers()
-	for range p.cfg.minWorkers {
-		d.start(handOff{})
-	}
-	go d.run()
+	started := make(chan struct{})
+	go d.run(started)
+	<-started // with the minimum of workers
 	return p
 }
 
@@ -322,6 +342,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 // [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
+	p.stopper()
 	if p.stopCalled.CompareAndSwap(false, true) {
 		p.request(&request{kind: stopRequest})
 	}
@@ -346,6 +367,7 @@ func (p *Pool) claimAbandoned() []func() {
 // is done, meanwhile makes it return early, with the rest of the queue
 // dropped.
 func (p *Pool) StopWait() {
+	p.stopper()
 	p.drainCalled.Store(true)
 	p.request(&request{kind: drainRequest})
 	<-p.done
@@ -373,6 +395,7 @@ func (p *Pool) StopWait() {
 // Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	mustContext("Shutdown", ctx)
+	p.stopper()
 	p.drainCalled.Store(true)
 	// One request stops accepting and has the dispatcher watch ctx, so
 	// that no queued task starts once ctx is done.

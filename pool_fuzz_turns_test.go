@@ -11,21 +11,26 @@ import (
 // keyed order, for FuzzPool's v2 inputs with one worker and an unbounded
 // queue. It mirrors the rules the pool documents, step by step:
 //
-//   - each target (the pool's own queue and each sub-pool's) is a lane; the
-//     lanes with waiting tasks form a ring, in the order of their turns;
-//   - the next task comes from the first lane in the ring that may start
-//     one, which then goes to the back; with one worker, every sub-pool's
-//     limit is at or above the pool's maximum, so no limit holds a task
-//     back (the maximum does);
+//   - each target (the pool's own queue and each sub-pool's) is a lane; each
+//     lane with waiting tasks has a turn, a number: the next task comes from
+//     the lane with the lowest turn among those with a task that may start,
+//     which then gets a turn after all the others; with one worker, every
+//     sub-pool's limit is at or above the pool's maximum, so no limit holds
+//     a task back (the maximum does);
 //   - within a lane, tasks go in the order the pool accepted them, but a
 //     task whose key is out (handed out and not ended) waits;
-//   - with the worker busy, the pool hands out tasks ahead, to the hand-off
-//     buffer: up to 64 while they are all of one lane and no other lane
-//     has waiting tasks, else one. Tasks handed out count as out, against
-//     their keys. A pause takes them back, as does a resize, and a task of
-//     another lane that must wait while one lane or none waits: they go
-//     back to the front of their lanes, with their lanes first in the
-//     ring.
+//   - with the worker busy, the pool hands out tasks ahead, in turn, to the
+//     hand-off buffer, up to 64; but not a lane's tasks while a busy key
+//     holds one of them back: those go only to a free worker. Tasks handed
+//     out count as out, against their keys. A task that goes straight to
+//     the worker or the buffer, nothing waiting, takes the next turn;
+//   - hand-offs come back, to the front of their lanes, and each lane to
+//     the first turn its tasks took, as if they had never left: all of
+//     them for a pause; those from a sub-pool's first one, for its Resize;
+//     all of them when a task comes to a lane with none waiting while the
+//     buffer holds another lane's; and, when a lane whose tasks all waited
+//     for a busy key may start again, those from the first that took a turn
+//     after the lane's.
 //
 // Tasks end only when the model says so: a gated task when the driver
 // releases it, a sleeping one when the fake clock has moved a second past
@@ -33,32 +38,33 @@ import (
 // checks it against the order the tasks saw (fuzzTask.startSeq).
 type turnModel struct {
 	lanes   [3]*tmLane
-	ring    []*tmLane
-	buf     []*fuzzTask // handed out ahead, not yet taken by the worker
-	running *fuzzTask   // on the worker
-	endAt   time.Time   // when running ends, if it sleeps
-	now     time.Time   // the model's clock while advance runs; else time.Now()
-	pauses  int         // pauses in force or queued, not yet ended
-	stopped bool        // the pool is stopping: it accepts nothing more
+	buf     []*fuzzTask         // handed out ahead, not yet taken by the worker
+	turnOf  map[*fuzzTask]int64 // the turn each buffered task took
+	next    int64               // the next turn to give
+	running *fuzzTask           // on the worker
+	endAt   time.Time           // when running ends, if it sleeps
+	now     time.Time           // the model's clock while advance runs; else time.Now()
+	pauses  int                 // pauses in force or queued, not yet ended
+	stopped bool                // the pool is stopping: it accepts nothing more
 	starts  []*fuzzTask
 	seq     map[*fuzzTask]int // the order in which the pool accepted each task
 	off     string            // why the model stopped predicting, if it did
 }
 
 // tmBuffer is the capacity of the model's hand-off buffer.
-const tmBuffer = 64
+const tmBuffer = 64 // the pool's hand-off buffer (handoff.go)
 
 // A tmLane is the model of one lane.
 type tmLane struct {
 	target  int
 	waiting []*fuzzTask // in the order the pool accepted them
 	keysOut map[string]bool
-	inRing  bool
+	turn    int64 // its turn, while it has waiting tasks
 	closed  bool
 }
 
 func newTurnModel() *turnModel {
-	tm := &turnModel{seq: map[*fuzzTask]int{}}
+	tm := &turnModel{seq: map[*fuzzTask]int{}, turnOf: map[*fuzzTask]int64{}, next: 1}
 	for i := range tm.lanes {
 		tm.lanes[i] = &tmLane{target: i, keysOut: map[string]bool{}}
 	}
@@ -70,6 +76,12 @@ func (tm *turnModel) stopPredicting(why string) {
 	if tm.off == "" {
 		tm.off = why
 	}
+}
+
+// nextTurn gives the next turn.
+func (tm *turnModel) nextTurn() int64 {
+	tm.next++
+	return tm.next - 1
 }
 
 // first returns the index of the first waiting task of l that may start,
@@ -91,10 +103,27 @@ func (tm *turnModel) accept(tk *fuzzTask) bool {
 		return false
 	}
 	tm.seq[tk] = len(tm.seq)
-	if tm.waiting() == 0 && tm.pauses == 0 && !(tk.keyed && l.keysOut[tk.key]) && tm.place(l, tk) {
-		return true
+	others := slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target })
+	if tm.waiting() == 0 && tm.pauses == 0 && !(tk.keyed && l.keysOut[tk.key]) && !others {
+		if tm.running == nil && len(tm.buf) == 0 {
+			tm.nextTurn()
+			tm.start(tk)
+			tm.out(l, tk)
+			return true
+		}
+		if len(tm.buf) < tmBuffer {
+			tm.toBuffer(tk, tm.nextTurn())
+			tm.out(l, tk)
+			return true
+		}
 	}
-	tm.wait(l, tk)
+	if len(l.waiting) == 0 && others {
+		tm.takeBackFrom(0)
+	}
+	if len(l.waiting) == 0 {
+		l.turn = tm.nextTurn()
+	}
+	l.waiting = append(l.waiting, tk)
 	tm.fill()
 	return true
 }
@@ -107,38 +136,16 @@ func (tm *turnModel) waiting() int {
 	return n
 }
 
-// wait queues tk in lane l, and l in the ring. If the buffer holds another
-// lane's tasks, handed out while no lane but theirs waited, they go back
-// first, with the rest of the buffer.
-func (tm *turnModel) wait(l *tmLane, tk *fuzzTask) {
-	if !l.inRing && len(tm.ring) <= 1 && slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target }) {
-		tm.takeBack()
-	}
-	l.waiting = append(l.waiting, tk)
-	if !l.inRing {
-		l.inRing = true
-		tm.ring = append(tm.ring, l)
-	}
-}
-
-// place gives tk, a task of lane l that may start, to the worker if it is
-// free, else to the buffer if it may take it, and reports whether it did.
-// It counts tk out.
-func (tm *turnModel) place(l *tmLane, tk *fuzzTask) bool {
-	switch {
-	case tm.running == nil && len(tm.buf) == 0:
-		tm.start(tk)
-	case l.holds():
-		return false // it goes to a free worker only, never to wait in the buffer
-	case len(tm.buf) == 0 || !slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target }) && len(tm.ring) <= 1 && len(tm.buf) < tmBuffer:
-		tm.buf = append(tm.buf, tk)
-	default:
-		return false
-	}
+// out counts tk, handed out, against its key.
+func (tm *turnModel) out(l *tmLane, tk *fuzzTask) {
 	if tk.keyed {
 		l.keysOut[tk.key] = true
 	}
-	return true
+}
+
+func (tm *turnModel) toBuffer(tk *fuzzTask, turn int64) {
+	tm.buf = append(tm.buf, tk)
+	tm.turnOf[tk] = turn
 }
 
 func (tm *turnModel) start(tk *fuzzTask) {
@@ -155,74 +162,86 @@ func (tm *turnModel) start(tk *fuzzTask) {
 // takes them.
 func (tm *turnModel) fill() {
 	for tm.pauses == 0 {
-		i, l := tm.next()
+		l := tm.nextLane()
 		if l == nil {
 			return
 		}
+		i := l.first()
 		tk := l.waiting[i]
-		if !tm.place(l, tk) {
-			return
+		switch {
+		case tm.running == nil && len(tm.buf) == 0:
+			tm.start(tk) // the worker is free
+		case l.holds() || len(tm.buf) == tmBuffer:
+			return // to a free worker only, or the buffer is full
+		default:
+			tm.toBuffer(tk, l.turn)
 		}
+		tm.out(l, tk)
 		l.waiting = slices.Delete(l.waiting, i, i+1)
-		j := slices.Index(tm.ring, l)
-		tm.ring = slices.Delete(tm.ring, j, j+1)
-		if len(l.waiting) > 0 {
-			tm.ring = append(tm.ring, l)
-		} else {
-			l.inRing = false
-		}
+		l.turn = tm.nextTurn()
 	}
 }
 
-// next returns the next task in turn, as its index in its lane, and its
-// lane, or a nil lane.
-func (tm *turnModel) next() (int, *tmLane) {
-	for _, l := range tm.ring {
-		if i := l.first(); i >= 0 {
-			return i, l
+// nextLane returns the lane whose turn it is, or nil.
+func (tm *turnModel) nextLane() *tmLane {
+	var next *tmLane
+	for _, l := range tm.lanes {
+		if l.first() >= 0 && (next == nil || l.turn < next.turn) {
+			next = l
 		}
 	}
-	return 0, nil
+	return next
 }
 
-// takeBack puts the buffered tasks back at the front of their lanes, with
-// their lanes first in the ring.
-func (tm *turnModel) takeBack() { tm.takeBackOf(-1) }
-
-// takeBackOf takes back the buffered tasks of target's lane only, or of
-// every lane if target is -1.
-func (tm *turnModel) takeBackOf(target int) {
-	var kept []*fuzzTask
-	for _, tk := range slices.Backward(tm.buf) {
-		if target >= 0 && tk.target != target {
-			kept = append(kept, tk)
-			continue
-		}
+// takeBackFrom puts the buffered tasks from the i-th back at the front of
+// their lanes, each lane at the first turn its tasks took.
+func (tm *turnModel) takeBackFrom(i int) {
+	for _, tk := range slices.Backward(tm.buf[i:]) {
 		l := tm.lanes[tk.target]
 		if tk.keyed {
 			l.keysOut[tk.key] = false
 		}
+		if t := tm.turnOf[tk]; len(l.waiting) == 0 || t < l.turn {
+			l.turn = t
+		}
+		delete(tm.turnOf, tk)
 		l.waiting = append(l.waiting, tk)
 		slices.SortFunc(l.waiting, func(a, b *fuzzTask) int { return tm.seq[a] - tm.seq[b] })
-		tm.ring = slices.DeleteFunc(tm.ring, func(x *tmLane) bool { return x == l })
-		tm.ring = slices.Insert(tm.ring, 0, l)
-		l.inRing = true
 	}
-	slices.Reverse(kept)
-	tm.buf = kept
+	tm.buf = tm.buf[:i]
+}
+
+// takeBack puts every buffered task back.
+func (tm *turnModel) takeBack() { tm.takeBackFrom(0) }
+
+// takeBackOf takes back the buffered tasks from the first of target's
+// lane.
+func (tm *turnModel) takeBackOf(target int) {
+	if i := slices.IndexFunc(tm.buf, func(tk *fuzzTask) bool { return tk.target == target }); i >= 0 {
+		tm.takeBackFrom(i)
+	}
 }
 
 // end ends the running task: its key has room again, and the worker takes
 // the first buffered task, if there is one, before the pool hands out the
-// next.
+// next. A lane all of whose waiting tasks waited for the key may start
+// again: it takes back its place in the buffer.
 func (tm *turnModel) end() {
 	tk := tm.running
 	tm.running = nil
 	if tk.keyed {
-		tm.lanes[tk.target].keysOut[tk.key] = false
+		l := tm.lanes[tk.target]
+		held := len(l.waiting) > 0 && l.first() < 0
+		l.keysOut[tk.key] = false
+		if held && l.first() >= 0 {
+			if i := slices.IndexFunc(tm.buf, func(b *fuzzTask) bool { return tm.turnOf[b] > l.turn }); i >= 0 {
+				tm.takeBackFrom(i)
+			}
+		}
 	}
 	if len(tm.buf) > 0 {
 		tm.start(tm.buf[0])
+		delete(tm.turnOf, tm.buf[0])
 		tm.buf = tm.buf[1:]
 	}
 	tm.fill()
@@ -255,13 +274,14 @@ func (tm *turnModel) stopLane(target int, drop bool) {
 	if !drop {
 		return
 	}
-	tm.takeBackOf(target)
 	defer tm.fill()
-	l.waiting = nil
-	if l.inRing {
-		l.inRing = false
-		tm.ring = slices.DeleteFunc(tm.ring, func(x *tmLane) bool { return x == l })
+	for _, tk := range tm.buf {
+		if tk.target == target && tk.keyed {
+			l.keysOut[tk.key] = false
+		}
 	}
+	tm.buf = slices.DeleteFunc(tm.buf, func(tk *fuzzTask) bool { return tk.target == target })
+	l.waiting = nil
 }
 
 // stopPool stops the pool: StopWait and Shutdown end every pause and run
@@ -350,13 +370,9 @@ func (tm *turnModel) String() string {
 	if tm.running != nil {
 		running = fmt.Sprint(tm.running.id)
 	}
-	fmt.Fprintf(&b, "model: running %s, buffered %s, pauses %d, ring [", running, taskList(tm.buf), tm.pauses)
-	for _, l := range tm.ring {
-		fmt.Fprintf(&b, " %s", targetName(l.target))
-	}
-	b.WriteString(" ]")
+	fmt.Fprintf(&b, "model: running %s, buffered %s, pauses %d", running, taskList(tm.buf), tm.pauses)
 	for _, l := range tm.lanes {
-		fmt.Fprintf(&b, "\n\t%s: waiting %s, keys out %v", targetName(l.target), taskList(l.waiting), l.keysOut)
+		fmt.Fprintf(&b, "\n\t%s: turn %d, waiting %s, keys out %v", targetName(l.target), l.turn, taskList(l.waiting), l.keysOut)
 	}
 	return b.String()
 }

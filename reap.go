@@ -44,7 +44,7 @@ func (c *reapClock) run(p *Pool, want bool) {
 	switch {
 	case want && c.ticker == nil:
 		c.ticker = time.NewTicker(c.timeout)
-		p.wg.Add(1)
+		p.live.Add(1)
 		go p.clock(c.ticker.C)
 	case want && !c.ticking:
 		c.ticker.Reset(c.timeout)
@@ -75,7 +75,7 @@ func (c *reapClock) handledAt(t, now uint64) time.Time {
 // clock forwards the reaping ticker's ticks to the dispatcher until the
 // pool is closing.
 func (p *Pool) clock(ticks <-chan time.Time) {
-	defer p.wg.Done()
+	defer p.gone()
 	tick := &request{kind: tickRequest} // never written
 	for {
 		select {

@@ -29,14 +29,17 @@ const (
 	resizeRequest                           // Resize: set the maximum to n
 	stopRequest                             // Stop: drop the queue, then drain
 	drainRequest                            // StopWait or Shutdown: run the queue, accept nothing more
+	deadlineRequest                         // a Shutdown's ctx is done: look at the deadlines
 	subResizeRequest                        // Subpool.Resize: set its limit to n
 	subStopRequest                          // Subpool.Stop: drop its tasks, wait for it to be idle
 	subDrainRequest                         // Subpool.StopWait: wait for it to be idle
 	cancelRequest                           // remove the cancel tasks from the queue
+	stopperRequest                          // a worker calls Stop, StopWait or Shutdown: wait not for it
 )
 
 // handle carries out a request.
 func (d *dispatcher) handle(r *request) {
+	d.quiet = false // the loop looks at what changed
 	switch r.kind {
 	case tickRequest:
 		if !d.down {
@@ -57,41 +60,49 @@ func (d *dispatcher) handle(r *request) {
 		// already done starts none of the queue.
 		d.watchDeadline(r.deadline)
 		d.drain()
+	case deadlineRequest:
+		d.checkDeadline()
 	case subResizeRequest:
 		// Its tasks in the hand-off buffer were handed out under the old
 		// limit: they go back, to go out under the new one.
 		l := r.sub.lane
-		d.recall(func(x *lane) bool { return x == l })
+		d.recallLane(l)
 		d.sched.setLimit(l, r.n)
 		r.sub.stats.limit.Store(int64(r.n))
-		d.fill()
+		d.fill() // its waiting tasks start before Resize returns
 	case subStopRequest, subDrainRequest:
 		d.stopLane(r) // answers r.done once the sub-pool is idle
 		return
 	case cancelRequest:
 		d.cancel(r.cancel)
+	case stopperRequest:
+		// Its place is free: what waits in the buffer for a worker to
+		// come free comes back, to go to a worker started in its place.
+		d.stoppers++
+		d.recall(0)
 	}
 	if r.done != nil {
 		close(r.done)
 	}
 }
 
-// resize sets the maximum. Parked workers above it exit now, busy ones
-// when their task ends (wantRetire); a larger maximum starts workers for
-// waiting tasks. The hand-off buffer was filled for the old maximum, so it
-// is taken back: a larger maximum may let a sub-pool's limit hold tasks
-// back that it did not before.
+// resize sets the maximum. Surplus workers exit: parked ones at once,
+// busy ones as their tasks end, each taking one of the retirements the
+// loop sends ahead of any task. The buffer was filled for the old
+// maximum, so it is taken back first: a larger maximum may let a
+// sub-pool's limit hold tasks back that it did not before.
 func (d *dispatcher) resize(n int) {
 	if n == d.max {
 		return
 	}
-	d.recall(nil)
+	d.recall(0)
 	d.max = n
 	d.sched.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
-	d.updateWants() // busy surplus workers leave as their tasks end
 	if !d.down {
-		d.quitParked(d.workers()-n, n)
+		d.quitParked(d.workers()-n, n) // idle ones at once
+		d.owedRetires = max(d.workers()-n, 0)
+		d.sendRetirements()
 		d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 	}
 	d.fill()
@@ -109,13 +120,10 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
-		d.recall(nil)
+		d.recall(0)
 		// Paused before the pause is acknowledged: once Pause returns,
 		// Status says so.
 		d.setState(Paused)
-		// Ask finishing workers to signal, then look: either this sees
-		// the last one finish or that one sees the request.
-		d.updateWants()
 		d.checkPauseAck()
 	}
 }
@@ -124,24 +132,20 @@ func (d *dispatcher) pause(r *request) {
 // task handed to a worker is done. It reports whether it did.
 func (d *dispatcher) checkPauseAck() bool {
 	if d.pauseAck != nil && d.crew.doneTasks() == d.handed {
-		d.ackPause()
+		close(d.pauseAck)
+		d.pauseAck = nil
 		return true
 	}
 	return false
 }
 
-// ackPause lets the current Pause return and stops the workers' signals.
-func (d *dispatcher) ackPause() {
-	close(d.pauseAck)
-	d.pauseAck = nil
-	d.updateWants()
-}
-
 // endPause ends the current pause and starts the next queued one, if any;
 // with none, the pool resumes handing out tasks.
 func (d *dispatcher) endPause() {
+	d.quiet = false
 	if d.pauseAck != nil {
-		d.ackPause() // its caller waits no longer for running tasks
+		close(d.pauseAck) // its caller waits no longer for running tasks
+		d.pauseAck = nil
 	}
 	d.paused, d.pauseEnd = false, nil
 	for d.pauses.Len() > 0 && !d.paused {
@@ -149,7 +153,6 @@ func (d *dispatcher) endPause() {
 	}
 	if !d.paused {
 		d.setState(Running)
-		d.fill()
 	}
 }
 
@@ -169,39 +172,23 @@ func (d *dispatcher) drain() {
 }
 
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
-// none). One that has passed drops the queue at once. The loop checks each
-// deadline itself before it hands anything out (checkDeadline); its select
-// watches the first, or, once there are several, a channel that a goroutine
-// closes when any of them closes, which ends then or when the pool is
-// closing. While a deadline is watched, no task waits in the hand-off
-// buffer (see ahead): those there come back.
+// none). One that has passed drops the queue at once. The loop looks at
+// each deadline before it hands anything out (checkDeadline), and the
+// Shutdown that set it sends a deadlineRequest once it passes, so that the
+// loop looks then. While a deadline is watched, no task waits in the
+// hand-off buffer (see mayBuffer): those there come back.
 func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
+	if dl == nil {
+		return
+	}
 	select {
 	case <-dl:
 		d.dropQueue()
 		return
 	default:
 	}
-	switch {
-	case dl == nil:
-		return
-	case d.deadline == nil:
-		d.deadline = dl
-		d.recall(nil)
-	default:
-		merged, old, closing := make(chan struct{}), d.deadline, d.p.closing
-		d.p.wg.Add(1)
-		go func() {
-			defer d.p.wg.Done()
-			select {
-			case <-old:
-			case <-dl:
-			case <-closing:
-				return
-			}
-			close(merged)
-		}()
-		d.deadline = merged
+	if d.deadlines == nil {
+		d.recall(0)
 	}
 	d.deadlines = append(d.deadlines, dl)
 }
@@ -209,13 +196,12 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 // checkDeadline drops the queue if a Shutdown deadline has passed, and
 // reports whether it did. The loop calls it before it hands anything out,
 // so that no queued task starts once the deadline has passed, even when a
-// worker is free at that very moment: a select would choose at random
-// between the worker and the deadline.
+// worker is free at that very moment.
 func (d *dispatcher) checkDeadline() bool {
 	for _, dl := range d.deadlines {
 		select {
 		case <-dl:
-			d.deadline, d.deadlines = nil, nil
+			d.deadlines = nil
 			d.dropQueue()
 			return true
 		default:
@@ -235,27 +221,28 @@ func (d *dispatcher) dropQueue() {
 	for _, e := range d.sched.dropAll() {
 		d.drop(e)
 	}
-	d.publishWaiting()
+	d.publishInHand()
 }
 
 // drop drops e, a task that will never run: its waiter gets ErrStopped,
 // and a fire-and-forget task is kept for Stop to return.
 func (d *dispatcher) drop(e entry) {
-	if !d.abandon(&e, d.subpool(e.lane)) {
+	if !d.abandon(&e) {
 		return
 	}
 	d.dropped = append(d.dropped, e)
 }
 
-// abandon counts e, a task of sub (nil: the pool's own) that a stop
-// dropped, Abandoned, and settles it: its waiter gets ErrStopped, and a
-// fire-and-forget waiter becomes its func, for the stop to return. It
-// reports false, and counts nothing, if its submitter gave up on it first:
-// it is Canceled.
-func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
+// abandon counts e, a task that a stop dropped, Abandoned, and settles it:
+// its waiter gets ErrStopped, and a fire-and-forget waiter becomes its
+// func, for the stop to return. It reports false, and counts nothing, if
+// its submitter gave up on it first: it is Canceled.
+func (d *dispatcher) abandon(e *entry) bool {
+	d.publishLane(e.lane) // it left the lane, or its hand-off was taken back
 	if e.w != nil {
 		switch {
 		case !e.w.take():
+			d.p.noteCanceled(e.w, e.lane)
 			return false
 		case isFireAndForget(e.w):
 			e.fn = e.w.(fireAndForget).asFunc() // returned, as a Submit's task
@@ -265,7 +252,7 @@ func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
 		e.w = nil
 	}
 	d.p.stats.abandoned.Add(1)
-	if sub != nil {
+	if sub := subpoolOf(e.lane); sub != nil {
 		sub.stats.abandoned.Add(1)
 	}
 	return true
@@ -277,15 +264,15 @@ func (d *dispatcher) abandon(e *entry, sub *Subpool) bool {
 func (d *dispatcher) stopLane(r *request) {
 	sub, l := r.sub, r.sub.lane
 	if r.kind == subStopRequest && !d.dropping {
-		dropped := d.dropHandOffs(func(x *lane) bool { return x == l })
+		dropped := d.dropHandOffs(func(s *send) bool { return s.lane == l })
 		dropped = append(dropped, d.sched.dropLane(l)...)
 		slices.SortFunc(dropped, bySeq)
 		for _, e := range dropped {
-			if d.abandon(&e, sub) && e.fn != nil {
+			if d.abandon(&e) && e.fn != nil {
 				r.tasks = append(r.tasks, e.fn)
 			}
 		}
-		d.publishWaiting()
+		d.publishInHand()
 	}
 	sub.stats.state.Store(int32(Stopping))
 	d.stops = append(d.stops, r)
@@ -294,11 +281,11 @@ func (d *dispatcher) stopLane(r *request) {
 }
 
 // settleStops answers the sub-pools' Stop and StopWait requests whose
-// sub-pools have no task waiting or out, once no give-up is under way.
-func (d *dispatcher) settleStops() {
-	if len(d.stops) == 0 || d.p.givingUp.Load() > 0 && !d.ended {
-		return
-	}
+// sub-pools have no task waiting or out, and reports whether it answered
+// any. A sub-pool answered leaves the pool's hands: nothing of the pool
+// refers to it any more.
+func (d *dispatcher) settleStops() bool {
+	n := len(d.stops)
 	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
 		if !d.sched.idle(r.sub.lane) {
 			return false
@@ -307,34 +294,41 @@ func (d *dispatcher) settleStops() {
 		close(r.done)
 		return true
 	})
+	return len(d.stops) < n
 }
 
 // cancel counts the tasks in ws, which their submitters took back,
 // Canceled, and removes them from the scheduler, or revokes their
 // hand-offs. One that is in neither is in a worker's hands, and the worker
-// skips it.
+// skips it, or a stop dropped it.
 func (d *dispatcher) cancel(ws []cancelable) {
 	for _, w := range ws {
 		at := w.spot()
-		d.p.stats.canceled.Add(1)
+		d.p.noteCanceled(w, at.lane)
 		if at.lane == nil {
 			continue // never queued: it was to run in its submitter
 		}
-		if sub := d.subpool(at.lane); sub != nil {
-			sub.stats.canceled.Add(1)
-		}
 		if d.sched.cancel(at.lane, at.seq) {
+			d.publishLane(at.lane)
 			continue
 		}
-		if h, ok := d.out.revokeOne(at.lane, at.seq); ok {
+		if e, turn, ok := d.out.revokeOne(at.lane, at.seq); ok {
 			d.handed--
-			d.sched.left(h.entry)
+			e.lane.handed--
+			d.sched.left(e, turn)
+			d.publishLane(e.lane)
 			d.clearBuffer()
 		}
 	}
-	d.publishWaiting()
-	d.settleStops()
-	d.fill()
+	d.publishInHand()
+}
+
+// publishLane publishes what a sub-pool's lane holds, for its Status: the
+// tasks waiting in it, and those handed out of it, less those taken back.
+func (d *dispatcher) publishLane(l *lane) {
+	if sub := subpoolOf(l); sub != nil {
+		sub.stats.inHand.Store(uint64(l.waiting) + l.handed)
+	}
 }
 
 // reap advances the reaping clock and tells the workers parked for at least
@@ -358,33 +352,28 @@ func (d *dispatcher) reap() {
 // submitter is on its way. It tells the workers to exit once their tasks
 // end, answers the requests that come until they have (a sub-pool's Stop
 // returns as soon as its own tasks have ended), and waits for every
-// goroutine the pool started. Then it publishes what was dropped, for
-// Stop, and closes p.done.
+// goroutine the pool started, but the stoppers, which wait for it. Then it
+// publishes what was dropped, for Stop, and closes p.done.
 func (d *dispatcher) windDown() {
 	p := d.p
 	d.down = true
-	close(p.closing) // the clock and deadline mergers give up
+	close(p.closing) // the clock gives up
 	d.clock.stop()
 	close(p.work) // the workers exit once their tasks end
 	for {
 		d.collect()
 		d.settleStops()
-		d.updateWants()
-		if d.workers() == 0 && p.givingUp.Load() == 0 {
-			break
+		if p.live.Load() <= int64(d.stoppers) {
+			break // all have exited, but the stoppers, and the clock
 		}
 		select {
 		case r := <-p.control:
 			d.handle(r)
 		case <-p.wake:
-			// A worker ended a task or exited, or a give-up ended.
+			// A worker ended a task or exited.
 		}
 	}
-	p.wg.Wait()
 	d.collect()
-	// Every task has run or been dropped: a give-up that begins now has
-	// nothing to take back, and the sub-pools' Stops are answered.
-	d.ended = true
 	d.settleStops()
 	slices.SortFunc(d.dropped, bySeq)
 	for _, e := range d.dropped {

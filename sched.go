@@ -2,6 +2,8 @@ package workerpool
 
 import (
 	"slices"
+
+	"github.com/gammazero/deque"
 )
 
 // The scheduler decides which waiting task starts next, and what a stop
@@ -14,25 +16,37 @@ import (
 //     order the pool accepted them, except that a task whose key is busy
 //     (a task with its key is running) waits until that task ends; the
 //     other tasks, keyed or not, do not wait for it.
-//   - Lanes take turns, round robin: the next task comes from the first
-//     lane in the ring that has a task that may start, and that lane goes
-//     to the back of the ring. A lane at its limit is passed over, and
-//     keeps its place for when one of its tasks ends.
+//   - Lanes take turns, round robin. Each lane with waiting tasks has a
+//     turn, a number: the next task comes from the lane with the lowest
+//     turn among those with a task that may start, and that lane's next
+//     turn is after every other's. A lane at its limit, or whose waiting
+//     tasks all wait for busy keys, is passed over and keeps its turn, so
+//     that once one of its tasks ends it goes first.
+//   - A task handed out and taken back before it started goes back to the
+//     front of its lane, and its lane to the turn it had when the task was
+//     taken: as if it had never left.
 //   - A stop drops waiting tasks in the one order the pool accepted them,
 //     whatever their lanes and keys.
-//   - How many of a lane's tasks may wait in the hand-off buffer ahead of
-//     the workers (ahead): as many as it holds while one lane has waiting
-//     tasks; one while several do, so that they take turns as workers come
-//     free, not as the buffer fills; none while a busy key holds back one
-//     of the lane's tasks, so that once its key is free it finds no later
-//     task of its lane ahead of it.
+//
+// Turns cost the same however many lanes there are: the lanes that may
+// start wait in a deque in the order of their turns, and those passed over
+// wait aside, until a task's end lets them go back in.
 
 // A scheduler holds every waiting task, in lanes, and counts the running
 // ones. The zero scheduler is not ready: use newScheduler.
 type scheduler struct {
 	own lane // the pool's own lane
-	// ring lists the lanes with waiting tasks, in the order of their turns.
-	ring []*lane
+	// turns lists the lanes with a task that may start, lowest turn first;
+	// aside lists the lanes with waiting tasks none of which may start.
+	turns deque.Deque[*lane]
+	aside []*lane
+	// back is the turn the next lane to the back of the turns gets.
+	back int64
+	// rejoined says that a lane passed over went back into the turns since
+	// the loop last looked, and lowJoin is the lowest turn such a lane had:
+	// the hand-offs that took later turns were handed out before it.
+	rejoined bool
+	lowJoin  int64
 	// waiting counts the tasks waiting in every lane.
 	waiting int
 	// reported counts the running tasks whose end the loop must report:
@@ -43,9 +57,6 @@ type scheduler struct {
 	// max is the pool's maximum of workers: a lane's limit at or above it
 	// holds nothing back.
 	max int
-	// next is the lane and task that peek chose, for take; nil once taken
-	// or changed.
-	next *lane
 	// gone holds the seqs of unkeyed tasks taken back by their submitters
 	// that are still in their lane's fifo, behind its first
 	// task: they are dropped as they reach its front.
@@ -54,13 +65,12 @@ type scheduler struct {
 }
 
 func newScheduler(max int) *scheduler {
-	return &scheduler{max: max}
+	return &scheduler{max: max, back: 1}
 }
 
 // admit numbers t, a task accepted for lane l (nil: the pool's own), with
-// key if keyed, accepted at the time accepted (0: not timed), and returns its
-// entry. The entry is not yet anywhere: start
-// it or wait it.
+// key if keyed, accepted at the time accepted (0: not timed), and returns
+// its entry. The entry is not yet anywhere: start it or wait it.
 func (s *scheduler) admit(t task, l *lane, key string, keyed bool, accepted int64) entry {
 	if l == nil {
 		l = &s.own
@@ -86,83 +96,81 @@ func (s *scheduler) startsNow(e entry) bool {
 }
 
 // start counts e as running: handed to a worker (or on its way to one) and
-// not ended. Every started entry is later passed to ended or putBack.
+// not ended. Every started entry is later passed to ended, left or
+// putBack.
 func (s *scheduler) start(e entry) {
 	e.lane.running++
 	if line := e.line; line != nil {
 		line.busy = true
-		e.lane.held += line.tasks.Len()
+		e.lane.held += line.fns.Len()
 	}
-	if s.mustReport(e) {
+	if e.mustReport() {
 		s.reported++
 	}
 }
 
-// mustReport reports whether the scheduler must be told when e ends: a
-// keyed task frees its key, and a sub-pool's task a place under its limit.
-func (s *scheduler) mustReport(e entry) bool { return e.line != nil || e.lane != &s.own }
-
 // wait puts e, which may not start now, behind the waiting tasks of its
-// lane, and the lane in the ring.
+// lane. A lane that had none gets the last turn.
 func (s *scheduler) wait(e entry) {
-	s.next = nil
-	e.lane.push(e)
+	l := e.lane
 	s.waiting++
-	if !e.lane.inRing {
-		e.lane.inRing = true
-		s.ring = append(s.ring, e.lane)
+	if l.waiting > 0 {
+		l.push(e)
+		s.review(l)
+		return
 	}
+	l.turn = s.nextTurn()
+	l.push(e)
+	s.enter(l)
 }
 
 // peek returns the task to hand out next, if any may start: the first one
-// in the turn of the first lane in the ring that has one. It changes
-// nothing; take hands it out.
+// of the lane whose turn it is. It changes nothing; take hands it out.
 func (s *scheduler) peek() (entry, bool) {
-	for _, l := range s.ring {
-		if l.mayStart(s.max) {
-			s.next = l
-			return l.first(), true
-		}
+	if s.turns.Len() == 0 {
+		return entry{}, false
 	}
-	s.next = nil
-	return entry{}, false
+	return s.turns.Front().first(), true
 }
 
-// take removes the task that peek returned, starts it, and sends its
-// lane to the back of the ring, or out of it if nothing else waits there.
+// take removes the task that peek returned, starts it, and gives its lane
+// the last turn. The turn it took was its lane's before the call.
 func (s *scheduler) take() entry {
-	l := s.next
-	s.next = nil
+	l := s.turns.PopFront()
+	l.inTurns = false
 	e := l.first()
 	l.remove(e)
 	s.dropGone(l)
 	s.waiting--
 	s.start(e)
-	i := slices.Index(s.ring, l)
-	s.ring = slices.Delete(s.ring, i, i+1)
-	if l.waiting > 0 {
-		s.ring = append(s.ring, l)
-	} else {
-		l.inRing = false
-	}
+	l.turn = s.nextTurn()
+	s.enter(l)
 	return e
+}
+
+// nextTurn returns the last turn: after every turn given so far. A task
+// handed out without waiting takes one too, so that if it comes back it
+// goes where it would have waited.
+func (s *scheduler) nextTurn() int64 {
+	s.back++
+	return s.back - 1
 }
 
 // ended counts e, a started task, as no longer running: it ran, or it was
 // dropped without running. Its lane has room under its limit again, and
 // its key's next task may start.
 func (s *scheduler) ended(e entry) {
-	s.next = nil
 	s.unstart(e)
 	if e.line != nil {
 		e.lane.keyEnded(e.line, &s.free)
 	}
+	s.review(e.lane)
 }
 
 // unstart undoes what start counted.
 func (s *scheduler) unstart(e entry) {
 	e.lane.running--
-	if s.mustReport(e) {
+	if e.mustReport() {
 		s.reported--
 	}
 }
@@ -170,43 +178,145 @@ func (s *scheduler) unstart(e entry) {
 // left counts e, a started task that its submitter gave up on before a
 // worker took it, as ended, and gives its lane back the turn e took: e
 // never ran, as if it had never been handed out.
-func (s *scheduler) left(e entry) {
+func (s *scheduler) left(e entry, turn int64) {
 	s.ended(e)
-	if l := e.lane; l.inRing {
-		i := slices.Index(s.ring, l)
-		s.ring = slices.Delete(s.ring, i, i+1)
-		s.ring = slices.Insert(s.ring, 0, l)
-	}
+	s.rewind(e.lane, turn)
 }
 
 // putBack returns tasks that were started but never reached a worker,
-// listed in the order they were handed out, to the front of their lanes,
-// and their lanes to the front of the ring: they are handed out again
-// first, as if they had never left.
-func (s *scheduler) putBack(tasks []entry) {
-	s.next = nil
-	for _, e := range slices.Backward(tasks) {
+// listed in the order they were handed out with the turns they took, to
+// the front of their lanes, and gives each lane back the first turn its
+// tasks took: they are handed out again first, as if they had never left.
+func (s *scheduler) putBack(tasks []entry, turns []int64) {
+	for i, e := range slices.Backward(tasks) {
 		l := e.lane
 		s.unstart(e)
+		s.leave(l)
+		if l.waiting == 0 || turns[i] < l.turn {
+			l.turn = turns[i]
+		}
 		l.pushFront(e)
 		s.waiting++
-		if l.inRing {
-			i := slices.Index(s.ring, l)
-			s.ring = slices.Delete(s.ring, i, i+1)
-		}
-		l.inRing = true
-		s.ring = slices.Insert(s.ring, 0, l)
+		s.enter(l)
 	}
+}
+
+// rewind gives l, if it has waiting tasks, turn if that is earlier than
+// its own. A lane that may start and goes back in the turns is one the
+// loop hears of (rejoined), as review says.
+func (s *scheduler) rewind(l *lane, turn int64) {
+	if l.waiting == 0 || l.turn <= turn {
+		return
+	}
+	s.leave(l)
+	l.turn = turn
+	s.enter(l)
+	if l.inTurns {
+		s.noteRejoin(l)
+	}
+}
+
+// enter puts l, whose tasks or counts changed, where it belongs: in the
+// turns, at its turn, if a task of it may start; aside if it has waiting
+// tasks and none may; nowhere if it has none. It must not be in either.
+func (s *scheduler) enter(l *lane) {
+	switch {
+	case l.waiting == 0:
+	case !l.mayStart(s.max):
+		s.aside = append(s.aside, l)
+		l.asideAt = len(s.aside) // 1 + its index
+
+	default:
+		l.inTurns = true
+		if s.turns.Len() == 0 || s.turns.Back().turn < l.turn {
+			s.turns.PushBack(l) // the common case: the last turn
+			return
+		}
+		s.turns.Insert(s.turnIndex(l.turn), l)
+	}
+}
+
+// leave takes l out of the turns or from aside, wherever enter put it.
+func (s *scheduler) leave(l *lane) {
+	switch {
+	case l.inTurns:
+		l.inTurns = false
+		if s.turns.Front() == l {
+			s.turns.PopFront()
+			return
+		}
+		s.turns.Remove(s.turnIndex(l.turn))
+	case l.asideAt > 0:
+		last := s.aside[len(s.aside)-1]
+		s.aside[l.asideAt-1], last.asideAt = last, l.asideAt
+		s.aside[len(s.aside)-1] = nil
+		s.aside = s.aside[:len(s.aside)-1]
+		l.asideAt = 0
+	}
+}
+
+// turnIndex returns the index in the turns of the first lane whose turn is
+// not below turn.
+func (s *scheduler) turnIndex(turn int64) int {
+	i, j := 0, s.turns.Len()
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if s.turns.At(h).turn < turn {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	return i
+}
+
+// review moves l between the turns and aside if whether a task of it may
+// start has changed. A lane that goes back into the turns keeps its turn,
+// and the loop hears of it (rejoined).
+func (s *scheduler) review(l *lane) {
+	if l.inTurns == (l.waiting > 0 && l.mayStart(s.max)) {
+		return
+	}
+	s.leave(l)
+	s.enter(l)
+	if l.inTurns {
+		s.noteRejoin(l)
+	}
+}
+
+// noteRejoin records that l went back into the turns, at its turn.
+func (s *scheduler) noteRejoin(l *lane) {
+	if !s.rejoined || l.turn < s.lowJoin {
+		s.lowJoin = l.turn
+	}
+	s.rejoined = true
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // dropAll removes every waiting task, of every lane, and returns them in
 // the order the pool accepted them.
 func (s *scheduler) dropAll() []entry {
 	var tasks []entry
-	for _, l := range s.ring {
+	for s.turns.Len() > 0 {
+		l := s.turns.PopFront()
+		l.inTurns = false
 		tasks = s.drain(tasks, l)
 	}
-	s.ring = s.ring[:0]
+	for _, l := range s.aside {
+		l.asideAt = 0
+		tasks = s.drain(tasks, l)
+	}
+	clear(s.aside)
+	s.aside = s.aside[:0]
 	slices.SortFunc(tasks, bySeq)
 	return tasks
 }
@@ -214,20 +324,17 @@ func (s *scheduler) dropAll() []entry {
 // dropLane removes every waiting task of l and returns them in the order
 // the pool accepted them.
 func (s *scheduler) dropLane(l *lane) []entry {
-	if !l.inRing {
+	if l.waiting == 0 {
 		return nil
 	}
+	s.leave(l)
 	tasks := s.drain(nil, l)
-	i := slices.Index(s.ring, l)
-	s.ring = slices.Delete(s.ring, i, i+1)
 	slices.SortFunc(tasks, bySeq)
 	return tasks
 }
 
 func (s *scheduler) drain(tasks []entry, l *lane) []entry {
-	s.next = nil
 	s.waiting -= l.waiting
-	l.inRing = false
 	n := len(tasks)
 	tasks = l.drain(tasks, &s.free)
 	if len(s.gone) == 0 {
@@ -244,26 +351,22 @@ func (s *scheduler) drain(tasks []entry, l *lane) []entry {
 	return kept
 }
 
-// cancel removes the unkeyed task numbered seq from lane l, if it waits
-// there, and reports whether it did. Its submitter gave up on it: it never
-// runs, and a stop does not return it.
+// cancel removes the task numbered seq, an unkeyed one of lane l, if it
+// waits there, and reports whether it did. Its submitter gave up on it: it
+// never runs, and a stop does not return it.
 func (s *scheduler) cancel(l *lane, seq uint64) bool {
 	if _, gone := s.gone[seq]; gone || !l.fifo.holds(seq) {
 		return false
 	}
-	s.next = nil
 	if s.gone == nil {
 		s.gone = make(map[uint64]struct{})
 	}
+	s.leave(l)
 	s.gone[seq] = struct{}{}
 	l.waiting--
 	s.waiting--
 	s.dropGone(l)
-	if l.waiting == 0 && l.inRing {
-		l.inRing = false
-		i := slices.Index(s.ring, l)
-		s.ring = slices.Delete(s.ring, i, i+1)
-	}
+	s.enter(l)
 	return true
 }
 
@@ -271,7 +374,7 @@ func (s *scheduler) cancel(l *lane, seq uint64) bool {
 // up on them, so that its first task is one that may run.
 func (s *scheduler) dropGone(l *lane) {
 	for len(s.gone) > 0 && l.fifo.len() > 0 {
-		seq := l.fifo.firstSeq()
+		seq, _ := l.fifo.frontSeq()
 		if _, gone := s.gone[seq]; !gone {
 			return
 		}
@@ -291,41 +394,43 @@ func bySeq(a, b entry) int {
 	return 0
 }
 
-// setMax records the pool's new maximum of workers.
+// setMax records the pool's new maximum of workers, which may let lanes
+// at their limits start tasks, or hold them back.
 func (s *scheduler) setMax(n int) {
-	s.next = nil
 	s.max = n
+	lanes := slices.Clone(s.aside)
+	for l := range s.turns.Iter() {
+		lanes = append(lanes, l)
+	}
+	for _, l := range lanes {
+		s.review(l)
+	}
 }
 
 // setLimit sets l's limit.
 func (s *scheduler) setLimit(l *lane, limit int) {
-	s.next = nil
 	l.limit = limit
+	s.review(l)
 }
 
 // idle reports whether l has no task waiting or running.
 func (s *scheduler) idle(l *lane) bool { return l.waiting == 0 && l.running == 0 }
 
-// An aheadRule says how many of a lane's tasks may wait in the hand-off
-// buffer, ahead of the workers, rather than go only to a free worker.
-type aheadRule uint8
+// mayBuffer reports whether l's tasks may wait in the hand-off buffer,
+// ahead of the workers: not while a busy key holds back one of its tasks,
+// so that once its key is free that task finds no later one of its lane
+// handed out before it. Then its tasks go only to a worker that is free to
+// start them at once.
+func (s *scheduler) mayBuffer(l *lane) bool { return l.held == 0 }
 
-const (
-	noneAhead aheadRule = iota // only to a free worker
-	oneAhead                   // one at a time
-	fillAhead                  // as many as the buffer holds
-)
-
-// ahead returns how many of l's tasks may wait in the hand-off buffer.
-func (s *scheduler) ahead(l *lane) aheadRule {
-	switch {
-	case l.held > 0:
-		return noneAhead
-	case len(s.ring) > 1:
-		return oneAhead
+// ring returns the lanes with waiting tasks in the order of their turns,
+// those set aside included: what the tests compare with their model.
+func (s *scheduler) ring() []*lane {
+	var lanes []*lane
+	for l := range s.turns.Iter() {
+		lanes = append(lanes, l)
 	}
-	return fillAhead
+	lanes = append(lanes, s.aside...)
+	slices.SortFunc(lanes, func(a, b *lane) int { return cmp64(a.turn, b.turn) })
+	return lanes
 }
-
-// lanesWaiting returns how many lanes have waiting tasks.
-func (s *scheduler) lanesWaiting() int { return len(s.ring) }

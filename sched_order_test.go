@@ -3,9 +3,11 @@ package workerpool_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -153,6 +155,96 @@ func TestANewQueueWaitsBehindOneTaskWhenTheBufferHoldsAnothersTasks(t *testing.T
 			})
 		})
 	}
+}
+
+// TestANewQueueTakesItsTurnAmongSeveralQueuesInTheBuffer: one worker,
+// busy; queues a and b have tasks waiting, so the buffer holds their tasks
+// in turn order, several rounds ahead (a1 b1 a2 b2 ...). A task comes to c,
+// which had none: the tasks no worker has taken come back, and c's task
+// goes after one turn of each queue already waiting, not after every round
+// handed out ahead. (Under the rule of one task ahead while several queues
+// wait, the buffer held one task; it now holds turns.)
+func TestANewQueueTakesItsTurnAmongSeveralQueuesInTheBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		a, b, c := p.Subpool("a", 1), p.Subpool("b", 1), p.Subpool("c", 1)
+		release := hold(t, p, 1)
+		synctest.Wait()
+		var l starts
+		for i := range 10 {
+			atkNoErr(t, a.Submit(l.task(fmt.Sprint("a", i))))
+			atkNoErr(t, b.Submit(l.task(fmt.Sprint("b", i))))
+		}
+		synctest.Wait() // the buffer holds a0 b0 a1 b1 ... in turn
+		atkNoErr(t, c.Submit(l.task("c0")))
+		synctest.Wait()
+		release()
+		p.StopWait()
+		assert.Equal(t, []string{"a0", "b0", "c0", "a1", "b1", "a2"}, l.got()[:6],
+			"c's task goes after one turn of a and of b")
+	})
+}
+
+// TestANewQueuesTaskWaitsBehindAtMostTheBufferBesideALiveFlood: one
+// worker, a flood of tiny tasks (the pool's own, or a sub-pool's) with a
+// backlog of thousands, and a light sub-pool whose task comes now and then.
+// Count the flood tasks that start between the light task's Submit
+// returning and the light task starting. The pool takes back what no
+// worker has taken and hands the light task out after one more of the
+// flood's: usually 0 to 2 start first. But the worker goes on taking the
+// flood's tasks from the buffer until the dispatcher, which has just
+// accepted the light task, takes the buffer back, and a dispatcher held up
+// in that moment lets it take as many as the buffer holds (the review saw
+// 25 to 66). So the bound is the buffer's 64, plus the task the worker may
+// hold and the flood's turn: 66, never the backlog.
+func TestANewQueuesTaskWaitsBehindAtMostTheBufferBesideALiveFlood(t *testing.T) {
+	const buffer = 64
+	for _, floodOwn := range []bool{true, false} {
+		t.Run(fmt.Sprint("pool's own flood=", floodOwn), func(t *testing.T) {
+			var ahead []int
+			for range rounds(20) {
+				p := workerpool.New(1)
+				var flood workerpool.Submitter = p
+				if !floodOwn {
+					flood = p.Subpool("flood", 1)
+				}
+				light := p.Subpool("light", 1)
+				var started atomic.Int64
+				ctx, cancel := context.WithCancel(context.Background())
+				floodDone := make(chan struct{})
+				go func() {
+					defer close(floodDone)
+					for ctx.Err() == nil {
+						_ = flood.Submit(func() { started.Add(1); spin(2000) })
+					}
+				}()
+				for p.Status().Waiting < 1000 {
+					runtime.Gosched() // a backlog
+				}
+				for range 10 {
+					at := make(chan int64, 1)
+					require.NoError(t, light.Submit(func() { at <- started.Load() }))
+					before := started.Load()
+					ahead = append(ahead, int(<-at-before))
+				}
+				cancel()
+				<-floodDone
+				p.Stop()
+			}
+			slices.Sort(ahead)
+			t.Logf("flood tasks started ahead of a light task: median %d, worst %d, of %d", ahead[len(ahead)/2], ahead[len(ahead)-1], len(ahead))
+			assert.LessOrEqual(t, ahead[len(ahead)-1], buffer+2, "behind at most the buffer, never the backlog")
+		})
+	}
+}
+
+// spin does n rounds of arithmetic the compiler cannot drop: a tiny task.
+func spin(n int) int {
+	x := 1
+	for i := range n {
+		x = x*31 + i
+	}
+	return x
 }
 
 // TestTurnsSurviveResizesMidStream: one worker, three queues with

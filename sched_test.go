@@ -22,7 +22,7 @@ func newSchedRig(t *testing.T, max int, limits ...int) *schedRig {
 	r := &schedRig{t: t, s: newScheduler(max), names: map[uint64]string{}}
 	r.lanes = append(r.lanes, &r.s.own)
 	for _, limit := range limits {
-		r.lanes = append(r.lanes, &lane{limit: limit})
+		r.lanes = append(r.lanes, &lane{owner: "sub-pool", limit: limit})
 	}
 	return r
 }
@@ -84,7 +84,7 @@ func TestSchedKeysHoldBackOnlyTheTasksOfABusyKey(t *testing.T) {
 	assert.Equal(t, "B1", r.names[r.next().seq])
 	_, ok := r.s.peek()
 	assert.False(t, ok, "A2 waits while A1 is out")
-	assert.Equal(t, noneAhead, r.s.ahead(&r.s.own), "none of its lane's tasks may wait ahead of A2")
+	assert.False(t, r.s.mayBuffer(&r.s.own), "none of its lane's tasks may wait ahead of A2")
 	r.s.ended(a1)
 	assert.Equal(t, "A2", r.names[r.next().seq])
 }
@@ -160,24 +160,29 @@ func TestSchedPutBackRestoresTheOrder(t *testing.T) {
 	r.submit(0, "a", "A2")
 	r.submit(1, "", "S2")
 	var out []entry
+	var turns []int64
 	for range 3 {
+		e, _ := r.s.peek()
+		turns = append(turns, e.lane.turn)
 		out = append(out, r.next())
 	}
 	assert.Equal(t, []string{"P1", "S1", "A1"}, r.namesOf(out))
-	r.s.putBack(out)
+	r.s.putBack(out, turns)
 	assert.Equal(t, []string{"P1", "S1", "A1", "S2", "P2", "A2"}, r.order(6))
 }
 
 // FuzzSched drives the scheduler alone with operations decoded from the
 // input, and checks every answer against a model that keeps every task in
-// one list: the next task is the first, in ring order, of the lanes under
-// their limit, of that lane's tasks whose key is free.
+// one list and every lane's turn as a number: the next task is the first,
+// in the order of the lanes' turns, of the lanes under their limit, of
+// that lane's tasks whose key is free.
 func FuzzSched(f *testing.F) {
 	f.Add([]byte{0x00, 0x10, 0x21, 0x03, 0x04, 0x05, 0x13, 0x06})
 	f.Add([]byte{0x30, 0x41, 0x52, 0x60, 0x03, 0x03, 0x07, 0x08, 0x04, 0x03})
 	f.Add([]byte{0x01, 0x01, 0x11, 0x22, 0x32, 0x03, 0x03, 0x09, 0x0a, 0x03, 0x05})
 	f.Add([]byte{0x00, 0x00, 0x00, 0x10, 0x00, 0x1a, 0x0a, 0x03, 0x2a, 0x06, 0x03, 0x0b})
 	f.Add([]byte{0x01, 0x00, 0x01, 0x11, 0x22, 0x03, 0x03, 0x0c, 0x03, 0x1c, 0x09})
+	f.Add([]byte{0x01, 0x01, 0x11, 0x21, 0x01, 0x11, 0x03, 0x03, 0x03, 0x04, 0x14, 0x03, 0x05})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newSchedModel(t, data)
 		if len(data) == 0 {
@@ -203,7 +208,7 @@ const (
 	opSchedSetMax          // set the maximum to 1+arg%4
 	opSchedSetLimit        // set a sub-pool's limit to 1+arg/2%4
 	opSchedTakeAll         // hand out every task that may start
-	opSchedCancel          // cancel the arg-th task: waiting unkeyed ones leave, others stay
+	opSchedCancel          // cancel the arg-th unkeyed task: waiting ones leave, those out stay
 	opSchedDropAll
 	opSchedLeave // the arg-th task out leaves before it started: its lane gets its turn back
 )
@@ -212,7 +217,8 @@ type schedModel struct {
 	t     *testing.T
 	s     *scheduler
 	lanes []*lane
-	ring  []int       // the model's ring of lanes
+	turn  []int64     // each lane's turn, while it has waiting tasks
+	back  int64       // the next turn to give
 	wait  []modelTask // waiting, in acceptance order
 	out   []modelTask // handed out, in that order
 	// sinceTake is how many tasks were handed out since an end, a drop or
@@ -240,6 +246,7 @@ type modelTask struct {
 	e    entry
 	lane int
 	key  string
+	turn int64 // the turn its lane took for it, once out
 }
 
 func newSchedModel(t *testing.T, data []byte) *schedModel {
@@ -247,14 +254,38 @@ func newSchedModel(t *testing.T, data []byte) *schedModel {
 	if len(data) > 0 {
 		max = 1 + int(data[0]%4)
 	}
-	m := &schedModel{t: t, s: newScheduler(max), max: max, limits: []int{0, 1, 2}}
+	m := &schedModel{t: t, s: newScheduler(max), max: max, limits: []int{0, 1, 2}, turn: make([]int64, 3), back: 1}
 	m.timed = len(data) > 0 && data[0]&0x10 != 0
-	m.lanes = []*lane{&m.s.own, {limit: 1}, {limit: 2}}
+	m.lanes = []*lane{&m.s.own, {owner: "A", limit: 1}, {owner: "B", limit: 2}}
 	return m
+}
+
+// nextTurn gives the next turn, as the scheduler does.
+func (m *schedModel) nextTurn() int64 {
+	m.back++
+	return m.back - 1
+}
+
+// waits reports whether lane l has waiting tasks.
+func (m *schedModel) waits(l int) bool {
+	return slices.ContainsFunc(m.wait, func(x modelTask) bool { return x.lane == l })
+}
+
+// mayStart reports whether lane l has a task that may start.
+func (m *schedModel) mayStart(l int) bool {
+	if !m.underLimit(l) {
+		return false
+	}
+	return slices.ContainsFunc(m.wait, func(mt modelTask) bool { return mt.lane == l && !m.keyOut(l, mt.key) })
 }
 
 func (m *schedModel) step(b byte) {
 	op, arg := int(b&15), int(b>>4)
+	before := make([]bool, len(m.lanes)) // lanes passed over before the step
+	for l := range m.lanes {
+		before[l] = m.waits(l) && !m.mayStart(l)
+	}
+	m.s.rejoined = false
 	switch op {
 	case opSchedSubmit, opSchedSubmit2, opSchedStartNow:
 		l, key := arg%3, ""
@@ -267,17 +298,20 @@ func (m *schedModel) step(b byte) {
 			want := len(m.wait) == 0 && m.underLimit(l) && !m.keyOut(l, key)
 			require.Equal(m.t, want, m.s.startsNow(e), "startsNow")
 			if want {
+				// The loop gives a task handed out without waiting a turn.
+				require.Equal(m.t, m.nextTurn(), m.s.nextTurn(), "nextTurn")
+				mt.turn = m.back - 1
 				m.s.start(e)
 				m.out = append(m.out, mt)
 				m.sinceTake = 0
-				return
+				break
 			}
+		}
+		if !m.waits(l) {
+			m.turn[l] = m.nextTurn()
 		}
 		m.s.wait(e)
 		m.wait = append(m.wait, mt)
-		if !slices.Contains(m.ring, l) {
-			m.ring = append(m.ring, l)
-		}
 	case opSchedTake:
 		m.take()
 	case opSchedTakeAll:
@@ -299,14 +333,17 @@ func (m *schedModel) step(b byte) {
 		back := m.out[len(m.out)-n:]
 		m.out = m.out[:len(m.out)-n]
 		var es []entry
+		var turns []int64
 		for _, mt := range back {
 			es = append(es, mt.e)
+			turns = append(turns, mt.turn)
 		}
-		m.s.putBack(es)
+		m.s.putBack(es, turns)
 		for _, mt := range slices.Backward(back) {
+			if !m.waits(mt.lane) || mt.turn < m.turn[mt.lane] {
+				m.turn[mt.lane] = mt.turn
+			}
 			m.wait = slices.Insert(m.wait, 0, mt)
-			m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
-			m.ring = slices.Insert(m.ring, 0, mt.lane)
 		}
 		slices.SortStableFunc(m.wait, func(a, b modelTask) int { return bySeq(a.e, b.e) })
 		m.sinceTake -= n
@@ -320,7 +357,6 @@ func (m *schedModel) step(b byte) {
 			}
 			return mt.lane == l
 		})
-		m.ring = slices.DeleteFunc(m.ring, func(x int) bool { return x == l })
 		m.checkSame(want, got, "dropLane")
 		m.sinceTake = 0
 	case opSchedSetMax:
@@ -331,20 +367,19 @@ func (m *schedModel) step(b byte) {
 		m.limits[l] = 1 + arg/2%4
 		m.s.setLimit(m.lanes[l], m.limits[l])
 	case opSchedCancel:
-		all := append(append([]modelTask{}, m.wait...), m.out...)
+		// Only a waiter is given up on, and SubmitKey takes funcs: a
+		// cancelled task is never keyed.
+		all := slices.DeleteFunc(append(append([]modelTask{}, m.wait...), m.out...), func(x modelTask) bool { return x.key != "" })
 		if len(all) == 0 {
 			return
 		}
 		mt := all[arg%len(all)]
 		waiting := slices.IndexFunc(m.wait, func(x modelTask) bool { return x.e.seq == mt.e.seq })
-		want := waiting >= 0 && mt.key == ""
-		require.Equal(m.t, want, m.s.cancel(m.lanes[mt.lane], mt.e.seq), "cancel: only a waiting unkeyed task leaves")
+		want := waiting >= 0
+		require.Equal(m.t, want, m.s.cancel(m.lanes[mt.lane], mt.e.seq), "cancel: only a waiting task leaves")
 		require.False(m.t, m.s.cancel(m.lanes[mt.lane], mt.e.seq), "cancel: a task leaves once")
 		if want {
 			m.wait = slices.Delete(m.wait, waiting, waiting+1)
-			if !slices.ContainsFunc(m.wait, func(x modelTask) bool { return x.lane == mt.lane }) {
-				m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
-			}
 			m.sinceTake = 0
 		}
 	case opSchedLeave:
@@ -353,11 +388,10 @@ func (m *schedModel) step(b byte) {
 		}
 		i := arg % len(m.out)
 		mt := m.out[i]
-		m.s.left(mt.e)
+		m.s.left(mt.e, mt.turn)
 		m.out = slices.Delete(m.out, i, i+1)
-		if slices.Contains(m.ring, mt.lane) {
-			m.ring = slices.DeleteFunc(m.ring, func(l int) bool { return l == mt.lane })
-			m.ring = slices.Insert(m.ring, 0, mt.lane)
+		if m.waits(mt.lane) && mt.turn < m.turn[mt.lane] {
+			m.turn[mt.lane] = mt.turn
 		}
 		m.sinceTake = 0
 	case opSchedDropAll:
@@ -367,9 +401,20 @@ func (m *schedModel) step(b byte) {
 			want = append(want, mt.e)
 		}
 		m.checkSame(want, got, "dropAll")
-		m.wait, m.ring, m.sinceTake = nil, nil, 0
+		m.wait, m.sinceTake = nil, 0
 	}
 	m.check()
+	// A lane passed over that may start again, at the turn it kept: the
+	// loop must hear of it, to take back what was handed out after that
+	// turn. (Put backs and new waits move lanes themselves.)
+	if op != opSchedPutBack {
+		for l := range m.lanes {
+			if before[l] && m.waits(l) && m.mayStart(l) {
+				require.True(m.t, m.s.rejoined, "lane %d went back into the turns: the loop hears of it", l)
+				require.LessOrEqual(m.t, m.s.lowJoin, m.turn[l], "lane %d's turn is at least the lowest rejoined", l)
+			}
+		}
+	}
 }
 
 // take hands out the next task, checks it is the model's, and reports
@@ -383,24 +428,34 @@ func (m *schedModel) take() bool {
 	}
 	require.Equal(m.t, m.wait[want].e.seq, e.seq, "peek: the next task")
 	m.checkAccepted(e, "peek")
+	require.Equal(m.t, m.turn[m.wait[want].lane], e.lane.turn, "peek: the turn it takes")
 	taken := m.s.take()
 	m.checkAccepted(taken, "take")
 	require.Equal(m.t, e.seq, taken.seq, "take hands out what peek returned")
 	mt := m.wait[want]
+	mt.turn = m.turn[mt.lane]
 	m.wait = slices.Delete(m.wait, want, want+1)
 	m.out = append(m.out, mt)
 	m.sinceTake++
-	i := slices.Index(m.ring, mt.lane)
-	m.ring = slices.Delete(m.ring, i, i+1)
-	if slices.ContainsFunc(m.wait, func(x modelTask) bool { return x.lane == mt.lane }) {
-		m.ring = append(m.ring, mt.lane)
-	}
+	m.turn[mt.lane] = m.nextTurn()
 	return true
+}
+
+// ring returns the lanes with waiting tasks, in the order of their turns.
+func (m *schedModel) ring() []int {
+	var ring []int
+	for l := range m.lanes {
+		if m.waits(l) {
+			ring = append(ring, l)
+		}
+	}
+	slices.SortFunc(ring, func(a, b int) int { return cmp64(m.turn[a], m.turn[b]) })
+	return ring
 }
 
 // next returns the index in m.wait of the task to go next.
 func (m *schedModel) next() (int, bool) {
-	for _, l := range m.ring {
+	for _, l := range m.ring() {
 		if !m.underLimit(l) {
 			continue
 		}
@@ -474,20 +529,16 @@ func (m *schedModel) check() {
 		require.Equal(m.t, out, ln.running, "lane %d out", l)
 		require.Equal(m.t, inLines, ln.held, "lane %d held by keys", l)
 		require.Len(m.t, ln.keys, len(keys), "lane %d: a line for each key waiting or out, and no other", l)
-	}
-	for l, ln := range m.lanes {
-		want := fillAhead
-		switch {
-		case slices.ContainsFunc(m.wait, func(mt modelTask) bool { return mt.lane == l && m.keyOut(l, mt.key) }):
-			want = noneAhead // a busy key holds one of its tasks back
-		case len(m.ring) > 1:
-			want = oneAhead
+		holds := slices.ContainsFunc(m.wait, func(mt modelTask) bool { return mt.lane == l && m.keyOut(l, mt.key) })
+		require.Equal(m.t, !holds, m.s.mayBuffer(ln), "lane %d: its tasks may wait in the buffer unless a busy key holds one back", l)
+		require.Equal(m.t, waiting > 0 && m.mayStart(l), ln.inTurns, "lane %d is in the turns exactly when a task of it may start", l)
+		if waiting > 0 {
+			require.Equal(m.t, m.turn[l], ln.turn, "lane %d's turn", l)
 		}
-		require.Equal(m.t, want, m.s.ahead(ln), "lane %d: how many may wait ahead", l)
 	}
-	ring := []int{}
-	for _, l := range m.s.ring {
+	var ring []int
+	for _, l := range m.s.ring() {
 		ring = append(ring, slices.Index(m.lanes, l))
 	}
-	require.Equal(m.t, append([]int{}, m.ring...), ring, "the ring")
+	require.Equal(m.t, m.ring(), ring, "the turns")
 }

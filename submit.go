@@ -3,7 +3,9 @@ package workerpool
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 )
 
 // A Submitter is where [Go], [Map] and a [Group] send work: a [*Pool] or a
@@ -41,23 +43,15 @@ func mustContext(fn string, ctx context.Context) {
 	}
 }
 
-// A message is what travels on Pool.tasks to the dispatcher: a task, or a
-// request.
+// A message is what travels on Pool.tasks to the dispatcher: a task, with
+// where it goes, or a request (req set, and nothing else).
 type message struct {
-	kind messageKind
-	task task
-	sub  *Subpool // the task's sub-pool; nil for the pool's own queue
-	key  string   // a keyed task's key
-	req  *request
+	task
+	sub   *Subpool // the task's sub-pool; nil for the pool's own queue
+	key   string   // a keyed task's key
+	keyed bool     // the task has a key: key, which may be ""
+	req   *request
 }
-
-type messageKind uint8
-
-const (
-	taskMessage      messageKind = iota // task, for sub
-	keyedTaskMessage                    // task, for sub, with key
-	requestMessage                      // req
-)
 
 // Submit queues task to run on a worker and returns without waiting for it.
 // Tasks are handed to workers in the order the pool accepted them; with
@@ -160,7 +154,7 @@ func (p *Pool) submitKey(s *Subpool, key string, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return p.submitTo(s, nil, message{kind: keyedTaskMessage, task: task{fn: fn}, key: key}, p.cfg.overflow)
+	return p.submitTo(s, nil, message{task: task{fn: fn}, key: key, keyed: true}, p.cfg.overflow)
 }
 
 // submitWaiter submits w, through to, as SubmitWait does without waiting. If
@@ -178,7 +172,7 @@ func submitWaiter(to Submitter, ctx context.Context, w waiter, overflow Overflow
 // could break the key's order or the sub-pool's limit. Under CallerRuns it
 // waits for room, as under Block.
 func (p *Pool) submitTo(s *Subpool, ctx context.Context, m message, overflow Overflow) error {
-	if overflow == CallerRuns && (s != nil || m.kind == keyedTaskMessage) {
+	if overflow == CallerRuns && (s != nil || m.keyed) {
 		overflow = Block
 	}
 	if s != nil {
@@ -261,52 +255,80 @@ func (p *Pool) submit(ctx context.Context, m message, overflow Overflow, stop <-
 // send hands m to the dispatcher of a pool whose queue is unbounded: the
 // dispatcher receives whenever it is not busy, so a plain send, cheaper
 // than a select, will do. A plain send cannot give up when the pool stops,
-// so a submitter first checks p.closed, then counts itself in p.senders
-// and checks again: the dispatcher, which sets p.closed first and then
-// reads p.senders, finishes only once every submitter that got past the
-// check has handed its task over. (A send that succeeds at once, the
-// dispatcher waiting, needs no count: once finished, it no longer receives.)
+// so a submitter first counts itself on its way (p.onWay), then checks
+// p.closed: the dispatcher, which sets p.closed first and then reads the
+// count, finishes only once every submitter that got past the check has
+// handed its task over.
 func (p *Pool) send(m message) error {
+	c := p.onWay.enter()
 	if p.closed.Load() {
-		return ErrStopped
-	}
-	select {
-	case p.tasks <- m:
-		return nil
-	default:
-	}
-	p.senders.Add(1)
-	if p.closed.Load() {
-		p.leave()
+		p.leave(c)
 		return ErrStopped
 	}
 	p.tasks <- m
-	p.leave()
+	p.leave(c)
 	return nil
 }
 
-// leave counts a submitter out of p.senders, and, if it was the last while
+// leave counts a submitter out of the count c that enter gave it, and, if
 // the pool is stopping, tells the dispatcher, which may be waiting for it.
-func (p *Pool) leave() {
-	if p.senders.Add(-1) == 0 && p.closed.Load() {
+func (p *Pool) leave(c *atomic.Int64) {
+	c.Add(-1)
+	if p.closed.Load() {
 		p.signal()
 	}
+}
+
+// onWay counts the submitters on their way to the dispatcher, on several
+// counters, each on its cache line: one shared counter, which every
+// submitter writes twice per task, would have them wait for each other's
+// writes. A submitter picks one at random; the dispatcher adds them up,
+// only once the pool is stopping.
+type onWay struct {
+	counts [onWayCounts]struct {
+		n atomic.Int64
+		_ [cacheLine - 8]byte
+	}
+}
+
+// onWayCounts is how many counters onWay keeps: enough that a few busy
+// submitters seldom share one.
+const onWayCounts = 8
+
+// enter counts a submitter on its way, and returns the counter it must
+// leave.
+func (o *onWay) enter() *atomic.Int64 {
+	c := &o.counts[rand.Uint32()%onWayCounts].n
+	c.Add(1)
+	return c
+}
+
+// empty reports whether no submitter is on its way. Read after closed is
+// set, it is exact: a submitter that counts itself after its counter was
+// read sees closed, and leaves without sending.
+func (o *onWay) empty() bool {
+	for i := range o.counts {
+		if o.counts[i].n.Load() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // runHere runs t in its submitter, for CallerRuns, unless the pool has
 // stopped meanwhile: once it has, nothing is accepted, not even here.
 func (p *Pool) runHere(t task) error {
-	p.senders.Add(1)
+	c := p.onWay.enter()
 	if p.closed.Load() {
-		p.leave()
+		p.leave(c)
 		return ErrStopped
 	}
 	p.stats.callerSubmitted.Add(1)
-	p.leave()
+	p.leave(c)
 	if t.w != nil && !t.w.take() {
 		return nil // its submitter gave up on it already
 	}
-	p.run(&handOff{kind: runTask, entry: entry{task: t}}, nil)
+	p.run(&entry{task: t}, nil)
 	return nil
 }
 

@@ -23,10 +23,8 @@ import (
 // sub-pool's included, and its overflow policy applies to them. A sub-pool
 // task held back by its limit, or by its key, counts as waiting. [Pool.Pause]
 // holds every sub-pool, and the pool's Stop, StopWait and Shutdown cover
-// them all. A sub-pool holds no memory for tasks while it has none; but
-// once a pool has a sub-pool, it hands out one task at a time ahead of the
-// workers, so that every queue gets its turn (see [Pool.Subpool]), which
-// costs a pool whose workers are all busy with tiny tasks some throughput.
+// them all. A sub-pool holds no memory for tasks while it has none, and
+// once stopped and dropped, nothing of it is left.
 type Subpool struct {
 	p    *Pool
 	name string
@@ -50,12 +48,13 @@ type Subpool struct {
 // caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
 // pool, the sub-pool's submissions return [ErrStopped].
 //
-// While more than one of the pool's queues (its own and its sub-pools')
-// has tasks waiting, the pool hands out one task at a time ahead of its
-// workers, chosen in turn, rather than filling a buffer of up to 64 tasks
-// of one queue: a task that comes to another queue then waits behind at
-// most one task handed out before its turn. A sub-pool with no task
-// waiting costs the pool nothing.
+// The pool hands tasks out ahead of its workers, to a small buffer, in the
+// order of the queues' turns. When a task comes to a sub-pool with none
+// waiting, the tasks in the buffer that no worker has taken come back, and
+// it goes after one turn of each queue already waiting: behind the tasks
+// workers had taken by then, at most one each and those they take in the
+// moment before the pool sees it (see the package doc's Order). A sub-pool
+// with no task waiting costs the pool nothing.
 //
 // Subpool panics if limit < 1.
 func (p *Pool) Subpool(name string, limit int) *Subpool {
@@ -64,9 +63,8 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 	}
 	s := &Subpool{p: p, name: name, stopping: make(chan struct{})}
 	s.stats.limit.Store(int64(limit))
+	s.lane = &lane{owner: s, limit: limit}
 	p.subpools.mu.Lock()
-	p.subpools.made++
-	s.lane = &lane{id: p.subpools.made, limit: limit}
 	p.subpools.list = append(p.subpools.list, s)
 	p.subpools.mu.Unlock()
 	return s
@@ -81,26 +79,37 @@ type subStats struct {
 	submitted   atomic.Uint64 // tasks the dispatcher accepted
 	abandoned   atomic.Uint64 // dropped by a stop
 	peakWaiting atomic.Int64
+	// inHand counts the tasks in the sub-pool's lane and those handed out
+	// of it, less those taken back (see publishLane): those no worker has
+	// started are waiting.
+	inHand atomic.Uint64
 
 	_ [cacheLine]byte
 
-	started, ended atomic.Uint64 // tasks workers received and ended
+	started, ended atomic.Uint64 // tasks workers started and ended
+	skipped        atomic.Uint64 // tasks workers received and did not run: their submitters gave up on them
 	canceled       atomic.Uint64 // tasks their submitters gave up on
 	panicked       atomic.Uint64
 	rejected       atomic.Uint64
 }
 
-// notePeak records the sub-pool's waiting tasks as its PeakWaiting if they
-// are more. They are at most those accepted and neither started nor
-// dropped, as its Status counts them, which includes a task on its way to
-// a worker; and at most those in its lane and the hand-off buffer, which
-// may hold other lanes' tasks. The lesser of the two is within the pool's
-// bound. Status raises the peak too, to the Waiting it reports.
-func (s *Subpool) notePeak(buffered int) {
+// waiting returns the sub-pool's tasks waiting: those in its lane, and
+// those handed out of it that no worker has started or skipped. A task that
+// a worker is taking, between its receive and its start, still counts, so
+// the sum may pass the pool's bound for that moment: it is held to it.
+// Reading inHand first can only make the sum smaller.
+func (s *Subpool) waiting() int {
 	st := &s.stats
-	n := int64(st.submitted.Load()) - int64(st.started.Load()) - int64(st.abandoned.Load()) - int64(st.canceled.Load())
-	raise(&st.peakWaiting, min(n, int64(s.lane.waiting+buffered)))
+	n := int(st.inHand.Load()) - int(st.started.Load()) - int(st.skipped.Load())
+	if bound := s.p.cfg.maxWaiting; bound > 0 {
+		n = min(n, bound)
+	}
+	return max(n, 0)
 }
+
+// notePeak records the sub-pool's waiting tasks as its PeakWaiting if they
+// are more. Status raises the peak too, to the Waiting it reports.
+func (s *Subpool) notePeak() { raise(&s.stats.peakWaiting, int64(s.waiting())) }
 
 func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
 
@@ -239,11 +248,12 @@ func (s *Subpool) Status() Status {
 	st := &s.stats
 	// Workers count a task ended before panicked, and the dispatcher
 	// counts it submitted before it starts: reading the parts first keeps
-	// them within their wholes. Busy and Waiting are differences: reading
-	// the amount subtracted last can only make them smaller.
+	// them within their wholes. Busy is a difference: reading the amount
+	// subtracted last can only make it smaller.
 	panicked := st.panicked.Load()
 	completed := st.ended.Load()
 	submitted := st.submitted.Load()
+	waiting := s.waiting()
 	started := st.started.Load()
 	abandoned := st.abandoned.Load()
 	canceled := st.canceled.Load()
@@ -251,12 +261,6 @@ func (s *Subpool) Status() Status {
 	state := State(st.state.Load())
 	if state == Running {
 		state = State(s.p.stats.state.Load())
-	}
-	// A task on its way to a worker, not yet counted started, is counted
-	// here but not against the bound: at most the bound wait.
-	waiting := max(int(submitted)-int(started)-int(abandoned)-int(canceled), 0)
-	if bound := s.p.cfg.maxWaiting; bound > 0 {
-		waiting = min(waiting, bound)
 	}
 	return Status{
 		State:       state,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -667,4 +668,54 @@ func TestSubpoolSubmitCtxAndGroupWithANilContextPanicNamingThem(t *testing.T) {
 		})
 	}
 	assert.Zero(t, s.Status().Submitted)
+}
+
+// TestAStoppedSubpoolIsFreed makes ten thousand sub-pools of one pool, one
+// after another, gives each two tasks and a keyed one, stops it (StopWait
+// or Stop) and drops it: the heap must not grow with them, and the
+// sub-pools must be collected. The Pool.Subpool doc: "a sub-pool with no
+// task waiting costs the pool nothing". The dispatcher used to keep every
+// sub-pool whose tasks it had seen in a table by number: 1,400 bytes a
+// stopped sub-pool, and all of them reachable.
+func TestAStoppedSubpoolIsFreed(t *testing.T) {
+	n := 10_000
+	if raceEnabled {
+		n = 2_000
+	}
+	p := workerpool.New(4)
+	defer p.StopWait()
+	task := func() {}
+	for range 100 { // warm: workers, key lines, the reports' list
+		s := p.Subpool("warm", 2)
+		require.NoError(t, s.SubmitKey("k", task))
+		s.StopWait()
+	}
+	before := liveHeap()
+	var sample []weak.Pointer[workerpool.Subpool]
+	for i := range n {
+		s := p.Subpool(fmt.Sprint("s", i), 2)
+		if i%100 == 0 {
+			sample = append(sample, weak.Make(s))
+		}
+		require.NoError(t, s.Submit(task))
+		require.NoError(t, s.Submit(task))
+		require.NoError(t, s.SubmitKey("k", task))
+		if i%2 == 0 {
+			s.StopWait()
+		} else {
+			s.Stop()
+		}
+	}
+	grew := int64(liveHeap()) - int64(before)
+	kept := 0
+	for _, w := range sample {
+		if w.Value() != nil {
+			kept++
+		}
+	}
+	t.Logf("the heap grew by %d B over %d stopped sub-pools (%.1f B each); %d of %d sampled are reachable",
+		grew, n, float64(grew)/float64(n), kept, len(sample))
+	assert.Zero(t, kept, "a stopped sub-pool, dropped by its user, can be collected")
+	assert.LessOrEqual(t, grew, int64(64<<10), "stopped sub-pools leave nothing behind")
+	assert.Empty(t, p.Subpools(), "no sub-pool is listed once stopped")
 }

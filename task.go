@@ -80,27 +80,40 @@ type localValue struct {
 	close func(any)
 }
 
-// reports carries to the dispatcher the ends of the tasks whose ends the
-// scheduler must know: sub-pools' tasks (their limits, their stops) and
-// keyed ones (their keys). A worker adds its report and, if the dispatcher
-// waits for one (wantEnds), wakes it; the dispatcher takes them all at
-// once.
-type reports struct {
-	mu   sync.Mutex
-	list []entry
+// A report tells the dispatcher that a task whose end the scheduler must
+// know ended (ended): a sub-pool's task (its limit, its stop) or a keyed
+// one (its key); or that a worker skipped a task its submitter gave up on
+// (skipped), which the dispatcher counts Canceled. It holds the task's lane
+// and key line, not the task.
+type report struct {
+	lane    *lane
+	line    *keyLine
+	ended   bool
+	skipped waiter
 }
 
-func (r *reports) add(e entry) {
+// reports carries the reports from the workers to the dispatcher. A worker
+// adds its report and, if the dispatcher listens, wakes it; the dispatcher
+// takes them all at once.
+type reports struct {
+	mu   sync.Mutex
+	list []report
+	n    atomic.Int64 // len(list), for the dispatcher to look without the lock
+}
+
+func (r *reports) add(x report) {
 	r.mu.Lock()
-	r.list = append(r.list, e)
+	r.list = append(r.list, x)
+	r.n.Store(int64(len(r.list)))
 	r.mu.Unlock()
 }
 
 // take swaps the list for buf, emptied, and returns the list.
-func (r *reports) take(buf []entry) []entry {
+func (r *reports) take(buf []report) []report {
 	r.mu.Lock()
 	got := r.list
 	r.list = buf[:0]
+	r.n.Store(0)
 	r.mu.Unlock()
 	return got
 }

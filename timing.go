@@ -91,22 +91,23 @@ func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) + 1 }
 // timeTask records the timing of the task of h, accepted at h.accepted
 // (0: it never waited, having run in its submitter), started at start and
 // ended now, and hands it to the observer.
-func (p *Pool) timeTask(h *handOff, start int64, panicked bool) {
+func (p *Pool) timeTask(h *entry, start int64, panicked bool) {
+	sub := subpoolOf(h.lane)
 	accepted := h.accepted
 	if accepted == 0 {
 		accepted = start
 	}
 	tt := TaskTiming{
-		Subpool:  h.sub,
+		Subpool:  sub,
 		Wait:     time.Duration(start - accepted),
 		Run:      time.Duration(p.now() - start),
 		Panicked: panicked,
 	}
 	p.timings.wait.add(tt.Wait)
 	p.timings.run.add(tt.Run)
-	if h.sub != nil {
-		h.sub.timings.wait.add(tt.Wait)
-		h.sub.timings.run.add(tt.Run)
+	if sub != nil {
+		sub.timings.wait.add(tt.Wait)
+		sub.timings.run.add(tt.Run)
 	}
 	if p.cfg.observer != nil {
 		p.cfg.observer(tt)

@@ -2,7 +2,10 @@ package workerpool
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 )
 
@@ -55,9 +58,12 @@ type worker struct {
 	// them.
 	locals  locals
 	leaving uint64
+	// id is the number of the worker's goroutine if the dispatcher did not
+	// start it (see onWorker), else 0.
+	id atomic.Uint64
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
-	_ [cacheLine - 56]byte
+	_ [cacheLine - 64]byte
 }
 
 // cacheLine is the size of a cache line on the machines Go mostly runs on.
@@ -83,19 +89,26 @@ func (w *worker) state() (phase, since uint64) {
 	}
 }
 
-// startWorker starts a worker goroutine that runs h first, if it is a task,
-// then the tasks it receives.
-func (p *Pool) startWorker(w *worker, h handOff) {
-	p.wg.Add(1)
-	go p.runWorker(w, h)
+// startWorker starts a worker goroutine that runs e first, if first is
+// set, then the tasks it receives. It is called by the dispatcher, or by a
+// worker's goroutine that ends as a task calls runtime.Goexit
+// (restarted); it is not inlined, so that the worker's stack trace names
+// it (see onWorker).
+//
+//go:noinline
+func (p *Pool) startWorker(w *worker, e entry, first, restarted bool) {
+	p.live.Add(1)
+	go p.runWorker(w, e, first, restarted)
 }
 
-// runWorker is the body of a worker goroutine: it runs h, then each task
-// it receives on Pool.work and claims, until it receives a quit, Pool.work
-// is closed, or it retires because the pool has more workers than its
-// maximum.
-func (p *Pool) runWorker(w *worker, h handOff) {
-	defer p.wg.Done()
+// runWorker is the body of a worker goroutine: it runs e, if first is set,
+// then each task it receives on Pool.work and claims, until it receives a
+// quit or Pool.work is closed.
+func (p *Pool) runWorker(w *worker, e entry, first, restarted bool) {
+	defer p.gone()
+	if restarted {
+		w.id.Store(goroutineID()) // it was not started by the dispatcher
+	}
 	returned := false
 	defer func() {
 		if v := recover(); v != nil {
@@ -115,54 +128,51 @@ func (p *Pool) runWorker(w *worker, h handOff) {
 			// A task or the panic handler called runtime.Goexit, which
 			// nothing can stop; run has already counted the task. Carry
 			// on in a new goroutine so that the pool keeps its capacity.
-			p.startWorker(w, handOff{})
+			p.startWorker(w, entry{}, false, true)
 		}
 	}()
-	counted := h.kind == runTask // the dispatcher counted a first task busy
+	if first {
+		// The dispatcher counted it busy and started, and took it for the
+		// pool from its submitter.
+		p.run(&e, w)
+	} else {
+		p.stampIdle(w)
+	}
 	for {
-		switch {
-		case h.kind != runTask:
-			p.stampIdle(w)
-		case !counted && h.w != nil && !h.w.take():
-			p.skip(w, &h) // its submitter gave up on it
-		default:
-			if !counted {
-				w.phase.Store(w.phase.Load() | 1) // busy
-				if h.sub != nil {
-					h.sub.stats.started.Add(1)
-				}
-			}
-			p.run(&h, w)
-		}
-		counted = false
-		// A worker the maximum no longer has room for leaves before it
-		// takes another task, also after a task that called Goexit.
-		if p.wants.Load()&wantRetire != 0 && p.stats.retireOne() {
-			p.exit(w, retiredMark)
+		h, open := <-p.work
+		if !open {
+			p.stats.countOut() // the dispatcher is winding down and counts no more
 			break
 		}
-		var open bool
-		h, open = <-p.work
-		switch {
-		case !open:
-			p.stats.countOut() // the dispatcher is winding down and counts no more
-			p.exit(w, quitMark)
-		case h.kind == quit:
-			p.exit(w, quitMark)
-		default:
-			if h.claim != nil {
-				var ok bool
-				if h.task, ok = h.claim.claim(h.sent); !ok {
-					h = handOff{} // revoked: the dispatcher holds the task again
+		if h.slot == nil {
+			if h.n == retire {
+				if !p.stats.retireOne() {
+					continue // the maximum has room for it again
 				}
+				p.exit(w, retiredMark)
+				returned = true
+				return
 			}
-			if p.wants.Load()&wantReceipts != 0 {
-				p.signal() // the dispatcher waits for room in the buffer, or for claims
-			}
-			continue
+			break // a quit
 		}
-		break
+		e, ok := h.slot.claim(h.n)
+		if p.listening.Load() {
+			p.signal() // a hand-off was claimed or dropped: room in the buffer
+		}
+		switch {
+		case !ok:
+			// Revoked: the dispatcher holds the task again.
+		case e.w != nil && !e.w.take():
+			p.skip(w, &e) // its submitter gave up on it
+		default:
+			w.phase.Store(w.phase.Load() | 1) // busy
+			if sub := subpoolOf(e.lane); sub != nil {
+				sub.stats.started.Add(1)
+			}
+			p.run(&e, w)
+		}
 	}
+	p.exit(w, quitMark)
 	returned = true
 }
 
@@ -181,25 +191,33 @@ func (p *Pool) exit(w *worker, mark uint64) {
 // startExit finishes worker w's exit in a goroutine of its own, after a
 // Goexit cut it short.
 func (p *Pool) startExit(w *worker, mark uint64) {
-	p.wg.Add(1)
+	p.live.Add(1)
 	go func() {
-		defer p.wg.Done()
+		defer p.gone()
+		w.id.Store(goroutineID()) // it runs the worker's closes
 		p.exit(w, mark)
 	}()
+}
+
+// gone counts a goroutine of the pool out, as its last act, and tells the
+// dispatcher, which may be waiting for it.
+func (p *Pool) gone() {
+	p.live.Add(-1)
+	p.signal()
 }
 
 // skip accounts for h, a task its submitter gave up on before worker w
 // could start it: the worker counts it skipped, not run, and the scheduler
 // learns it is no longer running.
-func (p *Pool) skip(w *worker, h *handOff) {
-	// As in taskDone: report, count, then look at what the dispatcher
-	// wants, so that a Pause waiting for this hand-off hears of it.
-	reported := h.mustReport()
-	if reported {
-		p.reports.add(h.entry)
+func (p *Pool) skip(w *worker, e *entry) {
+	// As in taskDone: report, count, then look whether the dispatcher
+	// listens, so that a Pause waiting for this hand-off hears of it.
+	if sub := subpoolOf(e.lane); sub != nil {
+		sub.stats.skipped.Add(1)
 	}
+	p.reports.add(report{lane: e.lane, line: e.line, ended: e.mustReport(), skipped: e.w})
 	w.skipped.Store(w.skipped.Load() + 1)
-	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
+	if p.listening.Load() {
 		p.signal()
 	}
 }
@@ -214,11 +232,11 @@ func (p *Pool) stampIdle(w *worker) {
 }
 
 // freed stamps w idle from now, once its panic handler or task observer
-// has returned, and tells the dispatcher if it waits for a free worker: w
-// was not free while its task's end was signalled.
+// has returned, and tells the dispatcher if it listens: w was not free
+// while its task's end was signalled.
 func (p *Pool) freed(w *worker) {
 	p.stampIdle(w)
-	if p.wants.Load()&wantIdle != 0 {
+	if p.listening.Load() {
 		p.signal()
 	}
 }
@@ -239,7 +257,7 @@ func (p *Pool) signal() {
 // task is Completed in Status, and a panic handler that panics or calls
 // runtime.Goexit cannot leave it counted as running. The deferred call runs
 // on return, on a panic and on runtime.Goexit alike.
-func (p *Pool) run(h *handOff, w *worker) {
+func (p *Pool) run(h *entry, w *worker) {
 	var start int64
 	if p.cfg.timings {
 		start = p.now()
@@ -299,7 +317,7 @@ func (pe *PanicError) asError() error {
 // and reaping never see it idle with the stamp of an earlier idle period;
 // but not while the panic handler or the observer is to run: that is not
 // idle, and the worker is not free to take a task.
-func (p *Pool) taskDone(h *handOff, w *worker, panicked, occupied bool) {
+func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
 	if w == nil {
 		p.stats.callerRan.Add(1)
 		if panicked {
@@ -312,15 +330,16 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, occupied bool) {
 	// the report, and hands out the key's next task before the tasks
 	// behind it (see fill).
 	reported, keyed := h.mustReport(), h.line != nil
+	sub := subpoolOf(h.lane)
 	if occupied || keyed {
 		w.since.Store(0) // not free: stamped after the report, handler or observer
 	} else {
 		p.stampIdle(w)
 	}
-	if h.sub != nil {
-		h.sub.stats.ended.Add(1)
+	if sub != nil {
+		sub.stats.ended.Add(1)
 		if panicked {
-			h.sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
+			sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
 		}
 	}
 	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
@@ -328,18 +347,18 @@ func (p *Pool) taskDone(h *handOff, w *worker, panicked, occupied bool) {
 		p.stats.panicked.Add(1)
 	}
 	// Count the task done, then report its end, so that a sub-pool's Stop
-	// that the report lets return sees it done; then look at what the
-	// dispatcher wants to hear: it sets wantEnds before it last collects
-	// reports, so either it collects this one or the worker sees wantEnds
-	// and wakes it.
+	// that the report lets return sees it done; then look whether the
+	// dispatcher listens: it listens before it last collects reports, so
+	// either it collects this one or the worker sees it listening and
+	// wakes it.
 	if reported {
-		p.reports.add(h.entry)
+		p.reports.add(report{lane: h.lane, line: h.line, ended: true})
 	}
 	if keyed && !occupied {
 		p.stampIdle(w)
 	}
-	if wants := p.wants.Load(); wants&wantIdle != 0 || reported && wants&wantEnds != 0 {
-		p.signal() // a Pause or a free worker is awaited, or the report is
+	if p.listening.Load() {
+		p.signal() // a Pause, a stop or a free worker is awaited, or the report is
 	}
 }
 
@@ -379,4 +398,108 @@ func (h *handlerPanic) Error() string {
 func crash(v error) {
 	go func() { panic(v) }()
 	select {}
+}
+
+// Stops from inside. Stop, StopWait and Shutdown wait for the pool's
+// goroutines to exit; called from one of the pool's own workers (in a
+// task, the panic handler, the task observer, a Local's open or close),
+// they would wait for their own. So they ask first whether their caller is
+// one: a goroutine's stack trace ends with the function that started it
+// and the number of the goroutine that called it. A worker is started by
+// startWorker, from the dispatcher, whose number the pool records as it
+// starts, or from a worker's goroutine that ends as a task calls
+// runtime.Goexit; the worker that goroutine starts records its own number
+// (worker.id), as does the goroutine that finishes a worker's exit. Go
+// gives no cheaper way to tell goroutines apart, and this one costs a few
+// microseconds only where it is rare: once per pool, once per Goexit, and
+// in each Stop, StopWait and Shutdown.
+
+// stopper tells the dispatcher, if the calling goroutine is one of p's
+// workers, not to wait for it to exit, nor to count it against the maximum
+// while it waits for the pool to stop: so the others can run the queue, and
+// the stop end. The worker exits once it returns to the pool.
+func (p *Pool) stopper() {
+	if p.onWorker() {
+		p.request(&request{kind: stopperRequest})
+	}
+}
+
+// onWorker reports whether the calling goroutine is one of p's workers.
+func (p *Pool) onWorker() bool {
+	stack := ownStack()
+	id, fn, by := stackIDs(stack)
+	if by == p.dispatcherID.Load() && (fn == startWorkerName || fn == startExitName) {
+		return true
+	}
+	if reg := p.stats.reg.Load(); reg != nil {
+		for _, w := range reg.workers {
+			if w.id.Load() == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The names of the functions that start the goroutines of workers, as
+// stack traces print them.
+var (
+	startWorkerName = funcName((*Pool).startWorker)
+	startExitName   = funcName((*Pool).startExit)
+)
+
+func funcName(f any) string {
+	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
+}
+
+// goroutineID returns the calling goroutine's number.
+func goroutineID() uint64 {
+	var buf [64]byte
+	id, _, _ := stackIDs(buf[:runtime.Stack(buf[:], false)])
+	return id
+}
+
+// ownStack returns the calling goroutine's whole stack trace.
+func ownStack() []byte {
+	buf := make([]byte, 4096)
+	for {
+		n := runtime.Stack(buf, false)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// stackIDs reads a goroutine's stack trace, as runtime.Stack prints it:
+// the goroutine's number, from its first line ("goroutine 7 [running]:"),
+// and, from its last ("created by pkg.f in goroutine 1"), the function
+// that started it and the number of the goroutine that called that
+// function: 0 and "" where the trace is cut short.
+func stackIDs(stack []byte) (id uint64, fn string, by uint64) {
+	s := string(stack)
+	id = leadingNumber(strings.TrimPrefix(s, "goroutine "))
+	const created = "\ncreated by "
+	i := strings.LastIndex(s, created)
+	if i < 0 {
+		return id, "", 0
+	}
+	line, _, _ := strings.Cut(s[i+len(created):], "\n")
+	fn, in, ok := strings.Cut(line, " in goroutine ")
+	if !ok {
+		return id, "", 0
+	}
+	return id, fn, leadingNumber(in)
+}
+
+// leadingNumber returns the decimal number at the start of s, or 0.
+func leadingNumber(s string) uint64 {
+	var n uint64
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -259,4 +260,134 @@ func TestACallerRunsTaskWhoseHandlerCallsGoexitEndsOnlyItsSubmitter(t *testing.T
 		s = p.Status()
 		assert.Equal(t, s.Submitted, s.Completed+s.Abandoned+uint64(s.Waiting)+uint64(s.Busy), "balanced: %+v", s)
 	})
+}
+
+// ---------------------------------------------------------------------------
+// Stops from inside: Stop, StopWait and Shutdown called by one of the
+// pool's own workers do not wait for that worker, which exits once it
+// returns to the pool. They used to wait for it, and so for ever: a panic
+// handler that called Stop hung, and so did every Stop after it.
+
+// stopFromInside is how a worker may stop its own pool.
+var stopFromInside = []struct {
+	name string
+	stop func(p *workerpool.Pool) (dropped int, err error)
+}{
+	{"Stop", func(p *workerpool.Pool) (int, error) { return len(p.Stop()), nil }},
+	{"StopWait", func(p *workerpool.Pool) (int, error) { p.StopWait(); return 0, nil }},
+	{"Shutdown", func(p *workerpool.Pool) (int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		left, err := p.Shutdown(ctx)
+		return len(left), err
+	}},
+}
+
+// TestAPanicHandlerCanStopItsPool: the handler of a task's panic stops the
+// pool, of one worker, with a task queued behind: the call returns, the
+// queued task runs (StopWait, Shutdown) or is returned (Stop), and a Stop
+// from outside returns too, with every goroutine gone.
+func TestAPanicHandlerCanStopItsPool(t *testing.T) {
+	for _, how := range stopFromInside {
+		t.Run(how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var p *workerpool.Pool
+				returned := make(chan int, 1)
+				p = workerpool.New(1, workerpool.WithPanicHandler(func(*workerpool.PanicError) {
+					n, err := how.stop(p)
+					assert.NoError(t, err)
+					returned <- n
+				}))
+				var ran atomic.Bool
+				queued := make(chan struct{})
+				require.NoError(t, p.Submit(func() { <-queued; panic("stop the pool") }))
+				require.NoError(t, p.Submit(func() { ran.Store(true) }))
+				close(queued)
+				dropped := <-returned // the handler's stop returned
+				assert.NotEqual(t, ran.Load(), dropped == 1, "the queued task ran, or the stop returned it")
+				p.Stop()
+				synctest.Wait()
+				s := p.Status()
+				assert.Equal(t, workerpool.Stopped, s.State)
+				assert.Zero(t, s.Workers, "the handler's worker exited once the handler returned")
+				assertBalanced(t, s)
+			})
+		})
+	}
+}
+
+// TestATaskCanStopItsPool: a task stops its pool, of one worker, with tasks
+// queued behind it. StopWait and Shutdown run them, on a worker started in
+// place of the one that waits, Stop returns them; each returns once the
+// others have ended, and the task goes on: its pool is stopped.
+func TestATaskCanStopItsPool(t *testing.T) {
+	for _, how := range stopFromInside {
+		t.Run(how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1)
+				var ran atomic.Int32
+				after := make(chan workerpool.Status, 1)
+				queued := make(chan struct{})
+				var dropped int
+				require.NoError(t, p.Submit(func() {
+					<-queued // the tasks behind it are in the queue
+					var err error
+					dropped, err = how.stop(p)
+					assert.NoError(t, err)
+					after <- p.Status()
+				}))
+				for range 3 {
+					require.NoError(t, p.Submit(func() { ran.Add(1) }))
+				}
+				close(queued)
+				s := <-after
+				assert.Equal(t, workerpool.Stopped, s.State, "once the stop returned")
+				assert.Equal(t, int32(3), ran.Load()+int32(dropped), "each queued task ran or was returned")
+				if how.name != "Stop" {
+					assert.Equal(t, int32(3), ran.Load(), "%s runs the queue", how.name)
+				}
+				assert.ErrorIs(t, p.Submit(func() {}), workerpool.ErrStopped)
+				synctest.Wait()
+				assert.Zero(t, p.Status().Workers, "the worker exits once its task returns")
+			})
+		})
+	}
+}
+
+// TestATaskOfARestartedWorkerCanStopItsPool: after a task calls
+// runtime.Goexit, its worker goes on in a new goroutine, which a stop
+// from inside must know as the pool's too.
+func TestATaskOfARestartedWorkerCanStopItsPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		require.NoError(t, p.SubmitWait(runtime.Goexit))
+		stopped := make(chan struct{})
+		require.NoError(t, p.Submit(func() { p.Stop(); close(stopped) }))
+		<-stopped
+		synctest.Wait()
+		assert.Zero(t, p.Status().Workers)
+	})
+}
+
+// TestAStopFromAnotherPoolsTaskWaitsForThisPool: a task of pool q stops
+// pool p, one of whose tasks runs: the stop must wait for it, as from
+// anywhere but p's own workers.
+func TestAStopFromAnotherPoolsTaskWaitsForThisPool(t *testing.T) {
+	for _, how := range stopFromInside {
+		t.Run(how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, q := workerpool.New(1), workerpool.New(1)
+				defer q.StopWait()
+				var ended atomic.Bool
+				require.NoError(t, p.Submit(func() { time.Sleep(time.Second); ended.Store(true) }))
+				synctest.Wait()
+				returned := make(chan bool, 1)
+				require.NoError(t, q.Submit(func() {
+					_, _ = how.stop(p)
+					returned <- ended.Load()
+				}))
+				assert.True(t, <-returned, "p's stop returned before p's task ended")
+			})
+		})
+	}
 }
