@@ -337,3 +337,39 @@ func BenchmarkMap(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTurns measures the cost of taking turns: N sub-pools of limit 4
+// on a pool of 4 workers, each with tasks waiting. b.N empty tasks are
+// submitted round robin to a paused pool, untimed; the timer runs from the
+// pause's end until StopWait has run them all. Turns scale when the time
+// per task does not grow with N: compare queues=10 and queues=10000 with
+// queues=1.
+func BenchmarkTurns(b *testing.B) {
+	for _, n := range []int{1, 10, 100, 10_000} {
+		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			p := workerpool.New(4)
+			subs := make([]*workerpool.Subpool, n)
+			for i := range subs {
+				subs[i] = p.Subpool(fmt.Sprint("q", i), 4)
+			}
+			ctx, resume := context.WithCancel(context.Background())
+			p.Pause(ctx)
+			var ran atomic.Int64
+			task := func() { ran.Add(1) }
+			for i := 0; i < b.N; i++ {
+				if err := subs[i%n].Submit(task); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			reportCPU(b)
+			resume()
+			p.StopWait()
+			b.StopTimer()
+			if got := ran.Load(); got != int64(b.N) {
+				b.Fatalf("ran %d tasks, want %d", got, b.N)
+			}
+		})
+	}
+}
