@@ -1,5 +1,7 @@
 package workerpool
 
+import "sync/atomic"
+
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
@@ -9,12 +11,13 @@ package workerpool
 // by revoking its hand-off. A worker that claimed one first skips it, and
 // reports that it did.
 //
-// The dispatcher counts each task given up Canceled, once, as soon as it
-// learns of it: from its submitter's request, from a worker's report, or
-// as it drops or starts the task itself and finds it given up. So when the
-// request is answered the task is counted, and the dispatcher, which
-// learns of every task it accepted before it finishes, has counted them all
-// when it does.
+// Each task given up is counted Canceled once, as soon as the pool learns
+// of it: the dispatcher counts it from its submitter's request, from a
+// worker's report, or as it drops or starts the task itself and finds it
+// given up; a Group that gives up a task as a worker takes it counts it
+// there. So when the request is answered the task is counted, and the
+// dispatcher, which learns of every task it accepted before it finishes,
+// has counted them all when it does.
 
 // A cancelable is a waiter whose submitter may give up on it before it
 // starts.
@@ -26,12 +29,12 @@ type cancelable interface {
 
 // A queueSpot is where a cancelable task waits: its lane and its seq, which
 // the dispatcher records when it accepts the task and reads when the
-// submitter gives up on it, and whether the dispatcher has counted it
-// Canceled. Only the dispatcher touches it.
+// submitter gives up on it; and whether the task is counted Canceled,
+// which whoever counts it sets first.
 type queueSpot struct {
 	lane    *lane
 	seq     uint64
-	counted bool
+	counted atomic.Bool
 }
 
 // giveUp takes back the tasks in ws, submitted to s, that the pool has not
@@ -57,8 +60,7 @@ func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
 	// task that was to run in its submitter, under CallerRuns, it never
 	// saw: that one is counted here.
 	for _, w := range back {
-		if at := w.spot(); at.lane == nil && !at.counted {
-			at.counted = true
+		if w.spot().counted.CompareAndSwap(false, true) {
 			countCanceled(s, 1)
 		}
 	}
@@ -69,10 +71,9 @@ func (p *Pool) giveUp(s Submitter, ws []cancelable) int {
 // pool and in the sub-pool of lane l (nil: none), unless it is counted.
 func (p *Pool) noteCanceled(w waiter, l *lane) {
 	c, ok := w.(cancelable)
-	if !ok || c.spot().counted {
+	if !ok || !c.spot().counted.CompareAndSwap(false, true) {
 		return
 	}
-	c.spot().counted = true
 	p.stats.canceled.Add(1)
 	if sub := subpoolOf(l); sub != nil {
 		sub.stats.canceled.Add(1)
@@ -93,6 +94,7 @@ func countCanceled(s Submitter, n int) {
 // may give up on it.
 func noteSpot(e entry) {
 	if c, ok := e.w.(cancelable); ok {
-		*c.spot() = queueSpot{lane: e.lane, seq: e.seq}
+		at := c.spot()
+		at.lane, at.seq = e.lane, e.seq
 	}
 }

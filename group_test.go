@@ -446,3 +446,30 @@ func TestTheCountsBalanceOnceAGroupsWaitAndThePoolsStopReturn(t *testing.T) {
 		})
 	}
 }
+
+// A group's task fails, which cancels the group, while its next task waits
+// in the hand-off buffer; the worker that ended the first may take the
+// second before the group skips it, and then gives it up itself. Promise:
+// once everything is at rest, the pool's counts balance (Submitted =
+// Completed + Canceled), in a pool whose loop hears of nothing more: no
+// submission comes after. The give-up was once counted only when the loop
+// looked at the worker's report, which it does not while nothing waits.
+func TestAGroupsTaskGivenUpAsAWorkerTakesItIsCountedAtOnce(t *testing.T) {
+	for round := range 50 {
+		synctest.Test(t, func(t *testing.T) {
+			p := workerpool.New(1)
+			defer p.Stop()
+			g := p.Group(context.Background())
+			release := make(chan struct{})
+			g.Go(func(context.Context) error { <-release; return errors.New("fail") })
+			g.Go(func(context.Context) error { return nil }) // waits in the buffer
+			synctest.Wait()
+			close(release)
+			synctest.Wait()
+			s := p.Status()
+			require.Equal(t, s.Submitted, s.Completed+s.Canceled+uint64(s.Waiting)+uint64(s.Busy),
+				"round %d: at rest, every task submitted is counted once: %+v", round, s)
+			require.Error(t, g.Wait())
+		})
+	}
+}

@@ -40,14 +40,18 @@ func (g *Group) track(w cancelable) {
 // state), and counts it running: from here on it runs, even if the group's
 // context is done before it begins, or Stop drops it. Once the context is
 // done, take instead gives w up, if nothing did yet: it is canceled, and
-// skipped. The group's close counts it skipped with the other queued ones;
+// counted so at once, for the dispatcher may not look at the worker's
+// report until the next submission comes. The group's close counts it
+// skipped with the other queued ones;
 // take does not close the group itself, as it may run on the dispatcher,
 // which close would wait for.
 func (g *Group) take(c *takeState, w cancelable) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || g.ctx.Err() != nil {
-		w.giveUp() // the pool counts it Canceled, as it learns of it
+		if w.giveUp() && w.spot().counted.CompareAndSwap(false, true) {
+			countCanceled(g.to, 1)
+		}
 		return false
 	}
 	if !c.take() {
