@@ -81,10 +81,7 @@ func (m *ringModel) recall(which func(*lane) bool) {
 // the dispatcher holds: nothing is claimed twice, lost, or started out of
 // turn. With one worker, each lane's tasks start in acceptance order.
 func TestEveryHandOffIsClaimedOrRevokedAndEachLaneStartsAPrefix(t *testing.T) {
-	rounds := 300
-	if testing.Short() {
-		rounds = 30
-	}
+	const rounds = 300
 	for _, workers := range []int{1, 2, 4} {
 		for _, ring := range []int{1, 64} { // a ring of 2 slots grows as workers hold them
 			t.Run(fmt.Sprint("workers=", workers, "/ring=", 2*ring), func(t *testing.T) {

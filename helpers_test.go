@@ -2,6 +2,7 @@ package workerpool_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -223,12 +224,18 @@ var nilSubmitters = []struct {
 // ---------------------------------------------------------------------------
 // Rounds.
 
-// rounds returns n, or an eighth of it (at least 1) under the race
-// detector: a stress test's rounds, so that one run of the package under
-// -race stays short enough for -count=20 within go test's ten minutes.
-// Many counts make up the rounds.
+// longRuns is whether the long runs are on: stress tests at their full number
+// of rounds, soaks, and the memory tests at a million tasks. The default go
+// test stays short for a newcomer's first run; .ci/run sets
+// WORKERPOOL_FULL=1.
+var longRuns = os.Getenv("WORKERPOOL_FULL") != ""
+
+// rounds returns n when the long runs are on and the race detector is off,
+// and an eighth of it (at least 1) otherwise: a stress test's rounds, so that
+// the default run is short and one run under -race stays short enough for
+// -count=20 within go test's ten minutes. Many counts make up the rounds.
 func rounds(n int) int {
-	if raceEnabled {
+	if !longRuns || raceEnabled {
 		return max(1, n/8)
 	}
 	return n

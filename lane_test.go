@@ -19,13 +19,12 @@ import (
 // queue drains: of the tasks, and of their keys' lines.
 
 // queuedTasks is how many tasks the memory tests queue: a million, as the
-// performance targets state them. Under the race detector, which makes each
-// Submit several times slower, it is 2^18, and under -short 2^16: the bounds
-// stay the same, but they say less about a large queue. CI runs them at a
-// million without -race too.
+// performance targets state them, when the long runs are on ([longRuns]) and
+// the race detector, which makes each Submit several times slower, is off;
+// 2^16 otherwise: the bounds stay the same, but they say less about a large
+// queue. CI runs them at a million.
 func queuedTasks() int {
-	switch {
-	case testing.Short(), raceEnabled: // CI runs them at full size without -race
+	if !longRuns || raceEnabled {
 		return 1 << 16
 	}
 	return 1_000_000
@@ -217,7 +216,7 @@ func testMemoryOfFinishedTasks(t *testing.T) {
 func TestAnIdleKeyCostsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := 100_000
-		if testing.Short() || raceEnabled {
+		if !longRuns || raceEnabled {
 			n = 10_000
 		}
 		keys := make([]string, n)

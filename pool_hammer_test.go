@@ -323,9 +323,6 @@ func TestStopHammerBounded(t *testing.T) {
 }
 
 func stopHammer(t *testing.T, rounds, submitters, maxTasks int, kinds []hammerKind, opts ...workerpool.Option) {
-	if testing.Short() {
-		rounds = 2
-	}
 	var problems []string
 	counts := map[string]int{}
 	lost, lostRounds := 0, 0

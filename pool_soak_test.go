@@ -45,8 +45,8 @@ type soakTask struct {
 // submitter submitted them, and that no goroutine is left. The random seed
 // is logged; each case stops the pool in a different way.
 func TestSoakEveryTaskRunsOnceUnderRandomControl(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a soak test: it runs for seconds")
+	if !longRuns {
+		t.Skip("a soak test: it runs for seconds; WORKERPOOL_FULL=1 runs it")
 	}
 	for _, tc := range []struct {
 		name string

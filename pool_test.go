@@ -711,7 +711,7 @@ func TestShutdownWithADoneCtxLosesNothingToRacingSubmitters(t *testing.T) {
 	// by the deadline and then lost when Stop dropped the rest.
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	for range 200 {
+	for range rounds(200) {
 		p := workerpool.New(1)
 		var ran, accepted atomic.Int64
 		task := func() { ran.Add(1) }
