@@ -199,6 +199,10 @@ func TestANewQueueTakesItsTurnAmongSeveralQueuesInTheBuffer(t *testing.T) {
 // hold and the flood's turn: 66, never the backlog.
 func TestANewQueuesTaskWaitsBehindAtMostTheBufferBesideALiveFlood(t *testing.T) {
 	const buffer = 64
+	floodSpin := 2000
+	if raceEnabled {
+		floodSpin = 40000
+	}
 	for _, floodOwn := range []bool{true, false} {
 		t.Run(fmt.Sprint("pool's own flood=", floodOwn), func(t *testing.T) {
 			var ahead []int
@@ -212,15 +216,20 @@ func TestANewQueuesTaskWaitsBehindAtMostTheBufferBesideALiveFlood(t *testing.T) 
 				var started atomic.Int64
 				ctx, cancel := context.WithCancel(context.Background())
 				floodDone := make(chan struct{})
+				gate := make(chan struct{})
 				go func() {
 					defer close(floodDone)
 					for ctx.Err() == nil {
-						_ = flood.Submit(func() { started.Add(1); spin(2000) })
+						_ = flood.Submit(func() { <-gate; started.Add(1); spin(floodSpin) })
 					}
 				}()
-				for p.Status().Waiting < 1000 {
-					runtime.Gosched() // a backlog
+				// A backlog, built while the first task holds the worker;
+				// then the flood goes on beside it.
+				for deadline := time.Now().Add(10 * time.Second); p.Status().Waiting < 1000; {
+					require.True(t, time.Now().Before(deadline), "no backlog of 1,000 tasks after 10s: %+v", p.Status())
+					runtime.Gosched()
 				}
+				close(gate)
 				for range 10 {
 					at := make(chan int64, 1)
 					require.NoError(t, light.Submit(func() { at <- started.Load() }))
