@@ -74,6 +74,7 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -118,9 +119,12 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // Run returns an error at once, without taking a message, if ctx, s, js,
 // cons or h is nil; if an option is invalid (the error wraps
 // jetstream.ErrInvalidOption); if js does not reach cons (a js of another
-// domain, API prefix, account or server: jetstream.ErrInvalidOption too);
-// if cons cannot be served ([ErrInvalidConsumer]). It returns nil at once
-// if ctx is already done.
+// domain, API prefix, account or server, where no JetStream answers or the
+// one that does has no such consumer: jetstream.ErrInvalidOption too); if
+// cons cannot be served ([ErrInvalidConsumer]); if the consumer cannot be
+// read, through cons or js, for another reason (the error wraps the
+// cause). It returns nil at once if ctx is already done, and nil if ctx is
+// done while it reads the consumer, before it takes a message.
 //
 // If s is stopped, before or while Run runs, Run stops as if ctx were
 // done, without the grace period (it notices within about 100ms), and
@@ -181,6 +185,11 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	r.flow.minAhead = cfg.minAhead
 	r.runnerTask = r.runTask
 	if err := r.reach(ctx, info); err != nil {
+		if ctx.Err() != nil {
+			// ctx was done while Run read the consumer: as if it had
+			// been done before the call.
+			return nil
+		}
 		return err
 	}
 	r.setConsumer(c)
@@ -230,8 +239,11 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	}
 	start := time.Now()
 	via, err := r.js.Consumer(ctx, info.Stream, info.Name)
-	if err != nil {
-		return fmt.Errorf("natsjs: Run: consumer %q of stream %q cannot be reached through js (%v): %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+	switch {
+	case unreachable(err):
+		return fmt.Errorf("natsjs: Run: consumer %q of stream %q cannot be reached through js: %w: %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+	case err != nil:
+		return fmt.Errorf("natsjs: Run: reading consumer %q of stream %q through js: %w", info.Name, info.Stream, err)
 	}
 	r.sampleRTT(time.Since(start))
 	if got := via.CachedInfo(); got == nil || !got.Created.Equal(fresh.Created) {
@@ -243,6 +255,21 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	}
 	r.workQueue = stream.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy
 	return nil
+}
+
+// unreachable reports whether err, the failure of a request for a
+// consumer through js, says that js reaches no such consumer: no JetStream
+// answers there, or the one that does has no such stream or consumer. A
+// failure that says nothing of js, such as a timeout or a cancelled ctx,
+// is not one.
+func unreachable(err error) bool {
+	for _, e := range []error{nats.ErrNoResponders, jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount,
+		jetstream.ErrStreamNotFound, jetstream.ErrConsumerNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // redeliveryFloor returns the shortest time after which the server may
