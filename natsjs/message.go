@@ -174,6 +174,13 @@ func nakBody(delay time.Duration) []byte {
 	if delay <= 0 {
 		return ackNak
 	}
+	return nakDelayBody(delay)
+}
+
+// nakDelayBody returns the body of a Nak with delay, whatever its sign:
+// without a consumer BackOff, the server redelivers the message delay from
+// now (at once if delay is not positive); with one, see failedNak.
+func nakDelayBody(delay time.Duration) []byte {
 	return []byte(`-NAK {"delay":` + strconv.FormatInt(delay.Nanoseconds(), 10) + `}`)
 }
 

@@ -48,7 +48,7 @@ func (r *run) settle(m *message, err error) {
 	case he.Stopped:
 		r.giveBack(m)
 	default:
-		r.send(m, "nak", nakBody(r.nakDelay(delivery)))
+		r.send(m, "nak", r.failedNak(delivery))
 	}
 }
 
@@ -170,12 +170,14 @@ type stopCause struct{}
 
 func (stopCause) Error() string { return "natsjs: the stop came on its last delivery" }
 
-// nakDelay returns the delay to ask for in the Nak of a message whose
-// delivery failed: the backoff, corrected for how nats-server (2.15)
-// counts a Nak's delay on a consumer with a BackOff: from BackOff[0] (its
+// failedNak returns the Nak of a message whose delivery failed: at once if
+// the backoff is not positive, else after it. On a consumer with a
+// BackOff, nats-server (2.15) counts a Nak's delay from BackOff[0] (its
 // AckWait) back, but against the BackOff of the delivery, so that it
-// redelivers BackOff[d-1] - BackOff[0] later than asked.
-func (r *run) nakDelay(delivery uint64) time.Duration {
+// redelivers BackOff[d-1] - BackOff[0] later than asked: failedNak asks for
+// that much less, which may be nothing or less than nothing (the server
+// takes a negative delay off its own).
+func (r *run) failedNak(delivery uint64) []byte {
 	backOff := *r.backOff.Load()
 	var d time.Duration
 	switch {
@@ -186,10 +188,13 @@ func (r *run) nakDelay(delivery uint64) time.Duration {
 	default:
 		d = DefaultBackoff(delivery)
 	}
-	if d <= 0 || len(backOff) == 0 {
-		return d
+	if d <= 0 {
+		return ackNak
 	}
-	return max(d-(backOff[backOffIndex(delivery, len(backOff))]-backOff[0]), 1)
+	if len(backOff) > 0 {
+		d -= backOff[backOffIndex(delivery, len(backOff))] - backOff[0]
+	}
+	return nakDelayBody(d)
 }
 
 // backOffIndex returns the index in a BackOff of n values of the delay

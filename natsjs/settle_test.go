@@ -478,6 +478,40 @@ func TestWithBackoffOverridesTheConsumersBackOff(t *testing.T) {
 	assert.Less(t, gaps[1], want[1]+1500*time.Millisecond)
 }
 
+// Issue 31's second failure: with a consumer BackOff of [200ms, 3s] and
+// WithBackoff asking for 400ms, the second failure came back after 2.8s:
+// the correction for the server's own delay stopped at 1ns, where it had
+// to ask for less than nothing. nats-server (2.15.2, embedded here) takes
+// a negative Nak delay off its own.
+func TestWithBackoffShorterThanTheConsumersBackOffIsHonoured(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		backOff []time.Duration
+	}{
+		// After delivery 2 the server waits 3s: Run asks for -2.4s.
+		{"the correction is below zero", []time.Duration{200 * time.Millisecond, 3 * time.Second}},
+		// After delivery 2 the server waits 600ms: Run asks for 0, which
+		// is a delay too, not a plain Nak that redelivers at once.
+		{"the correction is zero", []time.Duration{200 * time.Millisecond, 600 * time.Millisecond}},
+	}
+	const want = 400 * time.Millisecond
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // waits on backoffs, not the CPU
+			gaps := redeliveryGaps(t, jetstream.ConsumerConfig{MaxDeliver: 3, BackOff: tc.backOff},
+				natsjs.WithBackoff(func(uint64) time.Duration { return want }))
+			require.Len(t, gaps, 2)
+			for i, gap := range gaps {
+				// The slack is for a loaded machine; the server's own delay
+				// after delivery 2 is 600ms or 3s.
+				assert.GreaterOrEqual(t, gap, want, "delivery %d came back before WithBackoff's delay", i+2)
+				assert.Less(t, gap, want+time.Second, "delivery %d came back after the consumer's BackOff, not WithBackoff's delay", i+2)
+			}
+		})
+	}
+}
+
 func TestAPanickingErrorHandlerDoesNotStopRun(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
