@@ -136,7 +136,10 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // again after a pause, and go to the [WithErrorHandler] function. After a
 // stop caused by ctx, Run returns nil, or an error wrapping
 // [ErrNotConfirmed] if the server did not confirm all that the stop
-// settled.
+// settled; if the consumer or its stream is deleted during the stop, the
+// running handlers lose their ctx as soon as Run notices (it reads the
+// consumer every second meanwhile), and Run returns an error that wraps
+// the cause.
 //
 // Run reads the consumer's AckWait, BackOff and MaxDeliver when it starts
 // and again every progress interval; its pull limits (MaxRequestBatch,
@@ -209,9 +212,11 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	r.stopCtx, r.stopAll = context.WithCancel(ctx)
 	context.AfterFunc(r.stopCtx, r.beginStop)
 	r.hctx, r.hcancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.checkCtx, r.endChecks = context.WithCancel(context.WithoutCancel(ctx))
 	if err := r.subscribe(info); err != nil {
 		r.stopAll()
 		r.hcancel()
+		r.endChecks()
 		return err
 	}
 	return r.run()

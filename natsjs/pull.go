@@ -183,7 +183,7 @@ func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
 	r.flow.ended(id, pending)
 	switch {
 	case status == "409" && strings.Contains(lower, "consumer deleted"):
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
+		r.lose(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
 	case status == "409" && (strings.HasPrefix(lower, "exceeded maxrequest") || strings.Contains(lower, "push based")),
 		status == "400":
 		// The next pull would be refused alike.
@@ -236,15 +236,15 @@ func (r *run) checkConsumer() {
 // consumer or its stream is gone. Its round trip is a sample of the time
 // a pull takes to come back.
 func (r *run) refresh() {
-	ctx, cancel := context.WithTimeout(r.stopCtx, r.cfg.settleTimeout)
+	ctx, cancel := context.WithTimeout(r.checkCtx, r.cfg.settleTimeout)
 	defer cancel()
 	start := time.Now()
 	info, err := r.cons.Info(ctx)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
+		r.lose(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
 	case err != nil:
-		if r.stopCtx.Err() == nil {
+		if r.checkCtx.Err() == nil {
 			r.report(fmt.Errorf("natsjs: Run: reading consumer %q: %w", r.name, err))
 		}
 	default:

@@ -81,10 +81,14 @@ type run struct {
 	errMu sync.Mutex // one call of the error handler at a time
 
 	// bg counts the consumer checks under way; once bgClosed, none starts.
-	// Guarded by bgMu.
-	bgMu     sync.Mutex
-	bg       sync.WaitGroup
-	bgClosed bool
+	// Guarded by bgMu. checkCtx bounds them: it is cancelled once the run
+	// is over, not at the stop, during which a deleted consumer must
+	// still be noticed.
+	checkCtx  context.Context
+	endChecks context.CancelFunc
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+	bgClosed  bool
 
 	// backs counts the hand-backs under way, in goroutines of their own;
 	// once backsClosed, a hand-back runs in its caller. Guarded by backsMu.
@@ -146,6 +150,7 @@ func (r *run) run() error {
 	r.bgMu.Lock()
 	r.bgClosed = true
 	r.bgMu.Unlock()
+	r.endChecks()
 	r.bg.Wait()
 	r.stopAll()
 	r.hcancel()
@@ -240,6 +245,20 @@ func (r *run) handBackLate(m *message) { r.giveBackAsync(m) }
 func (r *run) end(err error) {
 	r.mu.Lock()
 	if r.err == nil && r.parent.Err() == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+	r.stopAll()
+	r.hcancel()
+}
+
+// lose ends the run because its consumer or its stream is gone, as end
+// does, and also during a stop caused by ctx: the grace period ends at
+// once, since what the handlers do can no longer be settled, and Run
+// returns err rather than nil.
+func (r *run) lose(err error) {
+	r.mu.Lock()
+	if r.err == nil {
 		r.err = err
 	}
 	r.mu.Unlock()
