@@ -44,9 +44,12 @@ type flow struct {
 	queue   []*message // queued, oldest first from head
 	head    int
 	running int
-	owed    int
-	acked   int
-	probing int
+	// finishing holds the running messages no runner holds any more:
+	// those whose dead letter is being published (see final.go).
+	finishing map[*message]struct{}
+	owed      int
+	acked     int
+	probing   int
 
 	// credits counts workers that runners found free, with nothing to
 	// run, since the last pull.
@@ -102,12 +105,13 @@ const maxAhead = 500
 
 func newFlow() *flow {
 	return &flow{
-		runners:  make(map[*runner]struct{}),
-		probes:   make(map[uint64]probeRecord),
-		changed:  make(chan struct{}, 1),
-		size:     1,
-		bound:    1,
-		maxBatch: 1,
+		runners:   make(map[*runner]struct{}),
+		finishing: make(map[*message]struct{}),
+		probes:    make(map[uint64]probeRecord),
+		changed:   make(chan struct{}, 1),
+		size:      1,
+		bound:     1,
+		maxBatch:  1,
 	}
 }
 
@@ -242,6 +246,23 @@ func (f *flow) ackedPlain() {
 func (f *flow) released() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.running--
+	f.signal()
+}
+
+// hold records that m, running, stays held once its runner has gone on:
+// it gets its progress until unhold.
+func (f *flow) hold(m *message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finishing[m] = struct{}{}
+}
+
+// unhold frees the slot of m, held, which was settled (or left).
+func (f *flow) unhold(m *message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.finishing, m)
 	f.running--
 	f.signal()
 }

@@ -188,6 +188,9 @@ func (f *flow) held(buf []*message) []*message {
 			buf = append(buf, rn.cur)
 		}
 	}
+	for m := range f.finishing {
+		buf = append(buf, m)
+	}
 	return buf
 }
 

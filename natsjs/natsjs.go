@@ -52,14 +52,14 @@
 //
 // When ctx is done, Run takes no more messages and starts no handler. As
 // soon as the pulls it sent end, within about a quarter of a second, it
-// hands back (Nak) every message that waited, so that another process
-// gets it without waiting for AckWait. A message on its last delivery,
-// which a Nak would strand, is instead re-published to its own subject
-// (in a work-queue stream; see [Run]). The running handlers keep their ctx
-// for a grace period ([WithGracePeriod], by default [DefaultGracePeriod]);
-// then it is cancelled. A handler that fails once its ctx is cancelled
-// failed because of the stop: the failure is not counted as an attempt,
-// and its message is handed back at once. Run waits for every handler to
+// hands back every message that waited, so that another process gets it
+// without waiting for AckWait: a Nak, or, in a work-queue stream whose
+// consumer has a MaxDeliver, a copy re-published to the message's own
+// subject, so that the hand-back costs no attempt (see [Run]). The running
+// handlers keep their ctx for a grace period ([WithGracePeriod], by
+// default [DefaultGracePeriod]); then it is cancelled. A handler that
+// fails once its ctx is cancelled failed because of the stop: the failure
+// is not an attempt, and its message is handed back at once, alike. Run waits for every handler to
 // return, asks the server to confirm everything the stop settled, and
 // returns nil, or an error wrapping [ErrNotConfirmed] if the server did
 // not confirm some of it (the error handler is told which). It does not
@@ -98,19 +98,28 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // context cons came from: Run pulls on its connection (a
 // jetstream.Consumer does not give it), and re-publishes with it.
 //
-// At a stop, a message on its last delivery (the consumer's MaxDeliver)
-// that Run must hand back, because its handler did not start or failed
-// because of the stop, is not Nak'd: the server would never deliver it
-// again. In a work-queue stream, Run publishes a copy to the message's
-// own subject, which the stream stores as a new message with every
-// delivery ahead of it, then terminates the message. The copy keeps the
-// payload and headers, with the Nats-* headers renamed Natsjs-Original-*
-// (the first original's, for a copy of a copy), and has Nats-Msg-Id
+// A message Run hands back, because its handler did not start or failed
+// because of the stop, has not used an attempt. The server would count
+// the delivery of a Nak'd message against the consumer's MaxDeliver all
+// the same, and never deliver again one Nak'd on its last delivery. So in
+// a work-queue stream whose consumer has a MaxDeliver, Run publishes a
+// copy to the message's own subject, which the stream stores as a new
+// message, at its end, then terminates the message; the copy's header
+// Natsjs-Attempts says how many attempts the message had used, and Run
+// counts the copy's deliveries on from there: the attempt a [HandlerError]
+// and the backoff count, and the last one, where a failure is final, is
+// still the MaxDeliver-th. The copy keeps the payload and headers, with
+// the Nats-* headers renamed Natsjs-Original-* (the first original's, for
+// a copy of a copy), and has Nats-Msg-Id
 // "natsjs-republish:<stream>:<sequence>:<timestamp>", so that the stream
 // stores one copy if Run publishes it twice, and Natsjs-Republished-From,
-// the original's sequence. In another stream, where a copy would reach
-// every consumer, Run dead-letters the message (see [WithDeadLetter]), or,
-// without a dead-letter subject, leaves it and says so ([ErrNotConfirmed]).
+// the first original's stream sequence. Without a MaxDeliver, Run Naks: the message
+// keeps its place, and its delivery count, which the default backoff
+// depends on, grows by one. In another stream, where a copy would reach
+// every consumer, Run Naks too, which costs the message a delivery; on its
+// last delivery, Run dead-letters it (see [WithDeadLetter]), or, without a
+// dead-letter subject, leaves it and says so ([ErrNotConfirmed]). A copy
+// that cannot be published (a stream full) falls back to a Nak.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see

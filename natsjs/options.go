@@ -93,11 +93,23 @@ func WithProgressInterval(d time.Duration) Option {
 // one message, so that a stream with a duplicate window keeps one copy
 // when Run publishes it again after a publication whose answer was lost.
 //
-// A stream must capture subject: if the copy cannot be published within
-// the settle timeout (5s, retrying), Run does not terminate the message,
-// which then stays in its stream (on its last delivery, the server
-// delivers it no more) rather than be lost, and Run tells the
-// [WithErrorHandler] function.
+// Run publishes the copy without the worker whose handler failed, which
+// goes on to the next message, and keeps the message, with its progress
+// messages, until the copy is published, trying for the dead-letter
+// timeout (see [WithDeadLetterTimeout]). A stream must capture subject: if
+// the copy cannot be published, Run tells the [WithErrorHandler] function,
+// and, rather than lose the message or run its handler again: in a
+// work-queue stream, it publishes a copy of the message to its own subject
+// with the header Natsjs-Final-Error (the cause) and Natsjs-Attempts, and
+// terminates the message; a Run that gets such a copy does not run its
+// handler but tries the dead letter again, and, failing, Naks it with the
+// backoff (on the copy's last delivery, copies it again); without a
+// dead-letter subject, it terminates it. So the message reaches the
+// dead-letter subject once a stream captures it. In another stream, where
+// a copy would reach every consumer, Run leaves the message: the server
+// delivers it again after AckWait, but after its last delivery. A dead
+// letter has neither header, so that publishing it again to its original
+// subject makes a job like any other.
 //
 // js must not be nil, and subject must be one a message can be published
 // to: not empty, without a wildcard or white space. The js of Run's
@@ -115,6 +127,27 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 		}
 	}
 }
+
+// WithDeadLetterTimeout sets how long [Run] tries to publish a dead letter
+// (see [WithDeadLetter]) before it gives up on it. The worker whose
+// handler failed does not wait for it: it goes on to the next message,
+// while Run keeps the failed one, with its progress messages, until the
+// dead letter is published or given up on. 0 uses the default,
+// [DefaultDeadLetterTimeout]; d must not be negative.
+func WithDeadLetterTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithDeadLetterTimeout(%v): the timeout must not be negative", d)
+			return
+		}
+		c.deadLetterTimeout = d
+	}
+}
+
+// DefaultDeadLetterTimeout is how long, by default, [Run] tries to publish
+// a dead letter: long enough for a JetStream that answers, short enough
+// that a dead-letter subject no stream captures is said at once.
+const DefaultDeadLetterTimeout = 2 * time.Second
 
 // WithErrorHandler sets a function that [Run] tells of what goes wrong
 // without ending it: each handler failure, as a [*HandlerError] (after
@@ -153,6 +186,7 @@ type config struct {
 	deadLetterJS      jetstream.JetStream
 	deadLetterSubject string
 	onError           func(error)
+	deadLetterTimeout time.Duration // 0: DefaultDeadLetterTimeout
 	settleTimeout     time.Duration // set by tests only; 0: settleTimeout
 	minAhead          int           // set by tests only: see flow.minAhead
 	err               error         // the first invalid option
@@ -177,6 +211,9 @@ func newConfig(opts []Option) config {
 	}
 	if c.settleTimeout <= 0 {
 		c.settleTimeout = settleTimeout
+	}
+	if c.deadLetterTimeout == 0 {
+		c.deadLetterTimeout = DefaultDeadLetterTimeout
 	}
 	return c
 }

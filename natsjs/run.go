@@ -65,6 +65,7 @@ type run struct {
 	hctx     context.Context
 	hcancel  context.CancelFunc
 	stopping atomic.Bool // the stop has begun: settlings ask to be confirmed
+	gone     atomic.Bool // the consumer or its stream is gone (see lose)
 
 	// lastAcked is a message the run acked: a probe acks it again.
 	lastAcked atomic.Pointer[message]
@@ -90,8 +91,9 @@ type run struct {
 	bg        sync.WaitGroup
 	bgClosed  bool
 
-	// backs counts the hand-backs under way, in goroutines of their own;
-	// once backsClosed, a hand-back runs in its caller. Guarded by backsMu.
+	// backs counts the hand-backs and dead letters under way, in
+	// goroutines of their own; once backsClosed, one runs in its caller.
+	// Guarded by backsMu.
 	backsMu     sync.Mutex
 	backs       sync.WaitGroup
 	backsClosed bool
@@ -186,7 +188,9 @@ func (r *run) stop() {
 	for _, m := range r.flow.handBack() {
 		r.giveBackAsync(m)
 	}
-	r.waitFlow(func(c flowCounts) bool { return c.active == 0 })
+	// Every handler returned, and every message they ran was settled:
+	// acked, handed back, or its dead letter published or given up on.
+	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 })
 	// Every handler returned and its message was settled, confirmed:
 	// confirm the plain acks sent before the stop.
 	r.probeAcked()
@@ -221,17 +225,24 @@ func (r *run) waitFlow(done func(flowCounts) bool) {
 // probes.
 func (r *run) giveBackAsync(m *message) {
 	m.close()
+	r.async(func() { r.giveBack(m) })
+}
+
+// async runs f, a settling that may wait for the server, in a goroutine
+// of its own, which the end of the stop waits for; in the caller once the
+// stop is past the point where it waits.
+func (r *run) async(f func()) {
 	r.backsMu.Lock()
 	if r.backsClosed {
 		r.backsMu.Unlock()
-		r.giveBack(m)
+		f()
 		return
 	}
 	r.backs.Add(1)
 	r.backsMu.Unlock()
 	go func() {
 		defer r.backs.Done()
-		r.giveBack(m)
+		f()
 	}()
 }
 
@@ -257,6 +268,7 @@ func (r *run) end(err error) {
 // once, since what the handlers do can no longer be settled, and Run
 // returns err rather than nil.
 func (r *run) lose(err error) {
+	r.gone.Store(true)
 	r.mu.Lock()
 	if r.err == nil {
 		r.err = err

@@ -118,7 +118,14 @@ func (r *run) next(rn *runner, yield bool) *message {
 // A handler that panics has m settled, then its panic goes on to the pool,
 // which counts it and passes it to its panic handler; one that calls
 // runtime.Goexit has m settled, then its goroutine ends.
+//
+// A copy whose handler failed for good before (see final.go) is settled
+// without running the handler.
 func (r *run) handle(m *message) time.Time {
+	if cause, ok := m.finalError(); ok {
+		r.finishCopy(m, cause)
+		return time.Now()
+	}
 	start := time.Now()
 	returned := false
 	defer func() {
@@ -130,14 +137,14 @@ func (r *run) handle(m *message) time.Time {
 		if v != nil {
 			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
 		}
-		r.settle(m, err)
+		r.settle(m, err, r.hctx.Err() != nil)
 		if v != nil {
 			panic(v)
 		}
 	}()
 	err := r.h(r.hctx, m)
 	returned = true
-	r.settle(m, err)
+	r.settle(m, err, r.hctx.Err() != nil)
 	end := time.Now()
 	r.flow.sample(end.Sub(start))
 	return end
