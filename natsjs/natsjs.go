@@ -83,11 +83,14 @@ import (
 // (see [WithBackoff]), until the consumer's MaxDeliver; a failure on the
 // last delivery, or a [Permanent] one, is final (see [WithDeadLetter]).
 //
-// ctx has the values of [Run]'s ctx. It is cancelled a grace period after
-// Run's ctx is done (see [WithGracePeriod]), or at once when Run stops
-// because the pool stopped, the consumer is gone or the connection was
-// closed. A handler that returns an error once ctx is cancelled has its
-// message handed back at once, the failure not counted as an attempt.
+// ctx has the values of [Run]'s ctx, but not its deadline. It is
+// cancelled a grace period after Run's ctx is done (see
+// [WithGracePeriod]), or at once when Run stops because the pool stopped,
+// the consumer is gone or the connection was closed; and it has a
+// deadline if [WithHandlerTimeout] sets one. A handler that returns an
+// error once the stop cancelled ctx has its message handed back at once,
+// the failure not counted as an attempt; past its deadline, it has failed
+// an attempt.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
 // nil, and Run's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error

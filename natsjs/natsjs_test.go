@@ -130,6 +130,8 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		"WithProgressInterval(AckWait)":        {js, cons, []natsjs.Option{natsjs.WithProgressInterval(2 * time.Second)}},
 		"WithProgressInterval above a BackOff": {js, backoffCons, []natsjs.Option{natsjs.WithProgressInterval(time.Second)}},
 		"WithGracePeriod(-1)":                  {js, cons, []natsjs.Option{natsjs.WithGracePeriod(-1)}},
+		"WithHandlerTimeout(-1)":               {js, cons, []natsjs.Option{natsjs.WithHandlerTimeout(-1)}},
+		"WithDeadLetterTimeout(-1)":            {js, cons, []natsjs.Option{natsjs.WithDeadLetterTimeout(-1)}},
 		"WithDeadLetter(nil, subject)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
 		"WithDeadLetter(js, \"\")":             {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
 		"WithDeadLetter(js, wildcard)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},
@@ -155,7 +157,9 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), js, backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
-		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0)))
+		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0),
+		natsjs.WithHandlerTimeout(0), natsjs.WithHandlerTimeout(time.Second),
+		natsjs.WithDeadLetterTimeout(0), natsjs.WithDeadLetterTimeout(time.Second)))
 	requireTookNothing(t, cons, 3)
 }
 

@@ -63,6 +63,25 @@ func WithGracePeriod(d time.Duration) Option {
 // orchestrator such as Kubernetes gives a process before it kills it.
 const DefaultGracePeriod = 10 * time.Second
 
+// WithHandlerTimeout gives every handler's ctx a deadline, d after the
+// handler starts. A handler that fails once it has passed, for whatever
+// reason, has used an attempt, as any other failure: its message comes
+// back after the backoff, or, on the last attempt, is final. Run waits for
+// a handler that does not return at its deadline, and keeps its message
+// meanwhile (an answer after the deadline counts: nil acks the message).
+// A failure once the stop has cancelled the handler's ctx, before the
+// deadline passed, is the stop's, and no attempt (see [Run]). 0, the
+// default, sets no deadline; d must not be negative.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithHandlerTimeout(%v): the timeout must not be negative", d)
+			return
+		}
+		c.handlerTimeout = d
+	}
+}
+
 // WithProgressInterval sets how often [Run] tells the server that each
 // message it holds, waiting for a worker or running, is still in progress,
 // which restarts the message's AckWait. 0 uses the default, a third of the
@@ -187,6 +206,7 @@ type config struct {
 	deadLetterSubject string
 	onError           func(error)
 	deadLetterTimeout time.Duration // 0: DefaultDeadLetterTimeout
+	handlerTimeout    time.Duration // 0: none
 	settleTimeout     time.Duration // set by tests only; 0: settleTimeout
 	minAhead          int           // set by tests only: see flow.minAhead
 	err               error         // the first invalid option

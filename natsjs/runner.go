@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"context"
 	"errors"
 	"runtime/debug"
 	"time"
@@ -127,6 +128,7 @@ func (r *run) handle(m *message) time.Time {
 		return time.Now()
 	}
 	start := time.Now()
+	ctx, cancel := r.handlerContext()
 	returned := false
 	defer func() {
 		if returned {
@@ -137,15 +139,38 @@ func (r *run) handle(m *message) time.Time {
 		if v != nil {
 			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
 		}
-		r.settle(m, err, r.hctx.Err() != nil)
+		r.settle(m, err, r.stoppedBy(ctx))
+		if cancel != nil {
+			cancel()
+		}
 		if v != nil {
 			panic(v)
 		}
 	}()
-	err := r.h(r.hctx, m)
+	err := r.h(ctx, m)
 	returned = true
-	r.settle(m, err, r.hctx.Err() != nil)
+	r.settle(m, err, r.stoppedBy(ctx))
+	if cancel != nil {
+		cancel()
+	}
 	end := time.Now()
 	r.flow.sample(end.Sub(start))
 	return end
+}
+
+// handlerContext returns the ctx of a handler about to start: the
+// handlers' ctx, with a deadline if WithHandlerTimeout set one, and then a
+// cancel to call once the handler returned (else nil).
+func (r *run) handlerContext() (context.Context, context.CancelFunc) {
+	if d := r.cfg.handlerTimeout; d > 0 {
+		return context.WithTimeout(r.hctx, d)
+	}
+	return r.hctx, nil
+}
+
+// stoppedBy reports whether ctx, a handler's, was cancelled by the stop,
+// rather than by its deadline, which then came first: a ctx derived from
+// the handlers' says DeadlineExceeded for ever once its deadline passed.
+func (r *run) stoppedBy(ctx context.Context) bool {
+	return r.hctx.Err() != nil && ctx.Err() != context.DeadlineExceeded
 }
