@@ -57,7 +57,7 @@ func (r *run) finishCopy(m *message, cause string) {
 		// As any final failure without a dead-letter subject.
 		m.close()
 		r.send(m, "term", termBody(finalReason(keptFailure(cause), attempts)))
-		r.flow.released()
+		r.flow.released(m.size)
 		return
 	}
 	m.hold()

@@ -115,7 +115,7 @@ func (f *flow) next(rn *runner, yield bool, now int64) (m *message, linger bool)
 // a message and may run it long, with no ack to carry the pull. Call with
 // mu held.
 func (f *flow) signalIfDueLocked() {
-	if f.want(0) > 0 {
+	if n, _ := f.want(0, 0); n > 0 {
 		f.signal()
 	}
 }
@@ -222,6 +222,9 @@ func (f *flow) handBack() []*message {
 	defer f.mu.Unlock()
 	f.handingBack = true
 	q := append([]*message(nil), f.queue[f.head:]...)
+	for _, m := range q {
+		f.bytes -= m.size
+	}
 	clear(f.queue)
 	f.queue, f.head = f.queue[:0], 0
 	return q

@@ -36,7 +36,8 @@
 // waiting, and a pool busy with other work holds nothing it cannot start:
 // Run asks the pool for a worker (a task that only checks in) before it
 // asks the server for a message to run on it. [WithMaxInFlight] adds an
-// upper bound.
+// upper bound on their number, and [WithMaxBytes] one on what they weigh,
+// [DefaultMaxBytes] (64 MiB) by default.
 //
 // Run's tasks on the pool are runners, not messages: a runner runs the
 // waiting messages one after another, and waits for the next one for up
@@ -216,6 +217,7 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	if mb := c.MaxRequestBatch; mb > 0 {
 		r.maxBatch = mb
 	}
+	r.flow.setByteBound(cfg.maxBytes, c.MaxRequestMaxBytes)
 	r.pullExpires = pullWait
 	if c.MaxRequestExpires > 0 {
 		r.pullExpires = min(r.pullExpires, c.MaxRequestExpires)

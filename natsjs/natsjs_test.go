@@ -159,7 +159,8 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), js, backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
 		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0),
 		natsjs.WithHandlerTimeout(0), natsjs.WithHandlerTimeout(time.Second),
-		natsjs.WithDeadLetterTimeout(0), natsjs.WithDeadLetterTimeout(time.Second)))
+		natsjs.WithDeadLetterTimeout(0), natsjs.WithDeadLetterTimeout(time.Second),
+		natsjs.WithMaxBytes(0), natsjs.WithMaxBytes(-1), natsjs.WithMaxBytes(1)))
 	requireTookNothing(t, cons, 3)
 }
 

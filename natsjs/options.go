@@ -33,6 +33,30 @@ func WithMaxInFlight(n int) Option {
 	}
 }
 
+// WithMaxBytes bounds what the messages the call of [Run] holds weigh:
+// those queued for a worker or running, and those its pulls may still
+// bring. A message weighs its payload, headers, subject and ack subject,
+// as the server counts it against a pull's max_bytes (nats.Msg.Size). Run
+// asks the server for no more than the bound leaves, so it never holds
+// more, but for one message at a time that is larger than the bound on
+// its own, which it takes alone. So with messages of n/k bytes or more,
+// fewer than k handlers run at once. 0 uses the default, [DefaultMaxBytes];
+// a negative n sets no byte bound.
+func WithMaxBytes(n int) Option {
+	return func(c *config) {
+		c.maxBytes = n
+		if n == 0 {
+			c.maxBytes = DefaultMaxBytes
+		}
+	}
+}
+
+// DefaultMaxBytes is the byte bound of [Run] by default (see
+// [WithMaxBytes]): 64 MiB, librdkafka's bound on a consumer's queue,
+// enough to keep 64 workers on messages of NATS's largest default
+// payload, 1 MiB, busy; jetstream's own Messages iterator has none.
+const DefaultMaxBytes = 64 << 20
+
 // WithBackoff sets how long a message whose handler failed (returned an
 // error, panicked or called runtime.Goexit) stays away before the server
 // delivers it again, as a function of the delivery that failed: 1 for the
@@ -199,6 +223,7 @@ func DefaultBackoff(delivery uint64) time.Duration {
 // config is one Run call's configuration after options were applied.
 type config struct {
 	maxInFlight       int // 0: no bound but the pool's size + maxAhead
+	maxBytes          int // below 0: none
 	backoff           func(uint64) time.Duration
 	grace             time.Duration
 	progress          time.Duration // 0: a third of the shortest redelivery delay
@@ -221,7 +246,7 @@ func (c *config) invalid(format string, args ...any) {
 
 // newConfig applies opts; the config's err says whether one was invalid.
 func newConfig(opts []Option) config {
-	c := config{grace: DefaultGracePeriod}
+	c := config{grace: DefaultGracePeriod, maxBytes: DefaultMaxBytes}
 	for i, opt := range opts {
 		if opt == nil {
 			c.invalid("option %d is nil", i)
