@@ -57,7 +57,7 @@ func (r *run) finishCopy(m *message, cause string) {
 		// As any final failure without a dead-letter subject.
 		m.close()
 		r.send(m, "term", termBody(finalReason(keptFailure(cause), attempts)))
-		r.flow.released(m.size)
+		r.flow.released(m)
 		return
 	}
 	m.hold()

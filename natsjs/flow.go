@@ -47,9 +47,18 @@ type flow struct {
 	// finishing holds the running messages no runner holds any more:
 	// those whose dead letter is being published (see final.go).
 	finishing map[*message]struct{}
-	owed      int
-	acked     int
-	probing   int
+	// With key order (flow_keys.go), messages go to the pool as keyed
+	// tasks, not to runners: out holds those submitted, true once their
+	// task started; waiting counts those not started. arrivals numbers
+	// the messages in the order they came.
+	keyed    bool
+	out      map[*message]bool
+	waiting  int
+	arrivals uint64
+	keys     map[string]int // the messages in out, by key
+	owed     int
+	acked    int
+	probing  int
 
 	// credits counts workers that runners found free, with nothing to
 	// run, since the last pull.
@@ -184,11 +193,18 @@ func (f *flow) signal() {
 
 func (f *flow) queued() int { return len(f.queue) - f.head }
 
-func (f *flow) used() int { return f.owed + f.queued() + f.running + f.acked + f.probing }
+func (f *flow) used() int {
+	return f.owed + f.queued() + f.waiting + f.running + f.acked + f.probing
+}
 
 // target returns how many messages the runners should have waiting or
-// owed. Call with mu held.
-func (f *flow) target() int { return min(maxAhead, f.perRunner()*f.active) }
+// owed: with key order, the pool's workers. Call with mu held.
+func (f *flow) target() int {
+	if f.keyed {
+		return min(maxAhead, f.perRunner()*f.size)
+	}
+	return min(maxAhead, f.perRunner()*f.active)
+}
 
 // A pull is what a pull asks for: n messages, of at most maxBytes bytes
 // in all (0: no limit), under its id.
@@ -210,9 +226,15 @@ func (f *flow) want(reusable, freed int) (n, maxBytes int) {
 	if f.stopping {
 		return 0, 0
 	}
-	supply := f.queued() + f.owed
+	supply := f.queued() + f.waiting + f.owed
 	target := f.target()
 	free := min(f.credits, max(f.size-f.running, 0))
+	if f.keyed {
+		// No runner proves a worker free: those ours do not run are.
+		// A message that waits for its key waits for no worker.
+		free = max(f.size-f.running, 0)
+		supply -= f.behindKeys()
+	}
 	n = max(target, free) - supply
 	if n <= 0 || supply > 0 && free == 0 && n < (target+1)/2 {
 		return 0, 0
@@ -238,51 +260,58 @@ func (f *flow) takeForPull(deadline time.Time) (p pull, probe bool) {
 	return f.addPull(n, maxBytes, deadline), false
 }
 
-// carry decides whether the ack of a message a runner handled, of size
-// bytes, carries a pull, and takes the slots if it does: the message's own
-// and those of the plain acks sent before, then free ones. It returns the
+// carry decides whether the ack of m, a message a runner handled,
+// carries a pull, and takes the slots if it does: the message's own and
+// those of the plain acks sent before, then free ones. It returns the
 // pull; its n is 0, and nothing changed, if the ack should go plain.
-func (f *flow) carry(size int, deadline time.Time) pull {
+func (f *flow) carry(m *message, deadline time.Time) pull {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// The message moves from running to acked: its ack travels with the
 	// pull, and is processed before it.
-	n, maxBytes := f.want(f.acked+1, size)
+	n, maxBytes := f.want(f.acked+1, m.size)
 	if n == 0 {
 		return pull{}
 	}
-	f.running--
-	f.bytes -= size
+	f.runningDone(m)
 	f.acked++
 	f.acked -= min(f.acked, n)
 	return f.addPull(n, maxBytes, deadline)
 }
 
-// ackedPlain records that a runner sent a plain ack of the message it
-// ran, of size bytes. Call only after the ack was published: a later
-// carried pull may take its slot. It does not wake the puller, unless the
-// bytes it frees let a pull go: the runners' next acks carry the pulls
-// while they run, and the watcher probes the acked slots.
-func (f *flow) ackedPlain(size int) {
+// ackedPlain records that a runner sent a plain ack of m, the message it
+// ran. Call only after the ack was published: a later carried pull may
+// take its slot. It does not wake the puller, unless the bytes it frees
+// let a pull go: the runners' next acks carry the pulls while they run,
+// and the watcher probes the acked slots.
+func (f *flow) ackedPlain(m *message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.running--
+	f.runningDone(m)
 	f.acked++
-	f.bytes -= size
 	if f.maxBytes > 0 {
 		f.signalIfDueLocked()
 	}
 }
 
-// released frees the slot of a message of size bytes that a runner settled
-// without an ack of the run's own (a Nak, a Term, or the handler's own
-// settling), or never settled.
-func (f *flow) released(size int) {
+// released frees the slot of m, a message that a runner settled without
+// an ack of the run's own (a Nak, a Term, or the handler's own settling),
+// or never settled.
+func (f *flow) released(m *message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.running--
-	f.bytes -= size
+	f.runningDone(m)
 	f.signal()
+}
+
+// runningDone records that m, running, is no longer held. Call with mu
+// held.
+func (f *flow) runningDone(m *message) {
+	f.running--
+	f.bytes -= m.size
+	if f.keyed {
+		f.forget(m)
+	}
 }
 
 // hold records that m, running, stays held once its runner has gone on:
@@ -298,8 +327,7 @@ func (f *flow) unhold(m *message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.finishing, m)
-	f.running--
-	f.bytes -= m.size
+	f.runningDone(m)
 	f.signal()
 }
 
@@ -338,6 +366,13 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 		return false, 0
 	}
 	f.bytes += m.size
+	f.arrivals++
+	m.n = f.arrivals
+	if f.keyed {
+		f.queue = append(f.queue, m)
+		f.signal() // the puller submits it
+		return true, 0
+	}
 	f.lastArrival = monotonic()
 	if n := len(f.idle); n > 0 {
 		// A runner lingers for a message: it is this one.
@@ -355,7 +390,8 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 
 // A flowCounts is a snapshot of a flow.
 type flowCounts struct {
-	queued, running, owed, acked, probing int
+	queued, waiting, running, owed, acked int
+	probing                               int
 	credits, active, pending              int
 	bytes, owedBytes                      int
 }
@@ -365,7 +401,7 @@ func (f *flow) counts() flowCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return flowCounts{
-		queued: f.queued(), running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
+		queued: f.queued(), waiting: f.waiting, running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
 		credits: f.credits, active: f.active, pending: f.pending,
 		bytes: f.bytes, owedBytes: f.owedBytes,
 	}

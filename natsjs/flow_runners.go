@@ -20,7 +20,7 @@ func newRunner() *runner { return &runner{wake: make(chan *message, 1)} }
 // the pool's size; or, while nothing is queued or owed and no credit is
 // left, tickets for the workers no runner holds. Call with mu held.
 func (f *flow) runnersDue() int {
-	if f.stopping {
+	if f.stopping || f.keyed {
 		return 0
 	}
 	var want int
@@ -191,6 +191,9 @@ func (f *flow) held(buf []*message) []*message {
 	for m := range f.finishing {
 		buf = append(buf, m)
 	}
+	for m := range f.out {
+		buf = append(buf, m)
+	}
 	return buf
 }
 
@@ -222,6 +225,7 @@ func (f *flow) handBack() []*message {
 	defer f.mu.Unlock()
 	f.handingBack = true
 	q := append([]*message(nil), f.queue[f.head:]...)
+	q = f.takeWaiting(q)
 	for _, m := range q {
 		f.bytes -= m.size
 	}

@@ -139,16 +139,16 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 				}
 			case 5: // a handler returns nil: its ack carries a pull, or not
 				if rn := busy(running, rng); rn != nil {
-					if p := f.carry(rn.cur.size, now.Add(time.Second)); p.n > 0 {
+					if p := f.carry(rn.cur, now.Add(time.Second)); p.n > 0 {
 						newPull(p)
 					} else {
-						f.ackedPlain(rn.cur.size)
+						f.ackedPlain(rn.cur)
 					}
 					rn.cur = nil
 				}
 			case 6: // a handler fails: Nak'd
 				if rn := busy(running, rng); rn != nil {
-					f.released(rn.cur.size)
+					f.released(rn.cur)
 					rn.cur = nil
 				}
 			case 7: // a pull ends with a status: what it left, or nothing said

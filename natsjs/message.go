@@ -17,7 +17,9 @@ import (
 type message struct {
 	msg  *nats.Msg
 	nc   *nats.Conn
-	size int // msg.Size(): what the server counts against a pull's max_bytes
+	size int    // msg.Size(): what the server counts against a pull's max_bytes
+	n    uint64 // its place in the order the run received messages; guarded by flow.mu
+	key  string // its key, with key order; guarded by flow.mu
 
 	// mu orders the watcher's progress messages against the settling of
 	// the message: once sealed is set, no progress message is sent, so

@@ -218,6 +218,9 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 		r.maxBatch = mb
 	}
 	r.flow.setByteBound(cfg.maxBytes, c.MaxRequestMaxBytes)
+	if cfg.key != nil {
+		r.flow.setKeyed()
+	}
 	r.pullExpires = pullWait
 	if c.MaxRequestExpires > 0 {
 		r.pullExpires = min(r.pullExpires, c.MaxRequestExpires)

@@ -132,6 +132,7 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		"WithGracePeriod(-1)":                  {js, cons, []natsjs.Option{natsjs.WithGracePeriod(-1)}},
 		"WithHandlerTimeout(-1)":               {js, cons, []natsjs.Option{natsjs.WithHandlerTimeout(-1)}},
 		"WithDeadLetterTimeout(-1)":            {js, cons, []natsjs.Option{natsjs.WithDeadLetterTimeout(-1)}},
+		"WithKey(nil)":                         {js, cons, []natsjs.Option{natsjs.WithKey(nil)}},
 		"WithDeadLetter(nil, subject)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
 		"WithDeadLetter(js, \"\")":             {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
 		"WithDeadLetter(js, wildcard)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},

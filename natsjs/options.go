@@ -106,6 +106,44 @@ func WithHandlerTimeout(d time.Duration) Option {
 	}
 }
 
+// WithKey keeps the order of each key's messages within the call of
+// [Run]: key maps a message to its key (a customer, an account, a
+// subject), and Run submits each message to the pool as a task of that
+// key ([workerpool.Pool.SubmitKey], or the sub-pool's), in the order the
+// server delivered them. The pool runs a key's tasks one at a time, in
+// that order, beside the tasks of other keys and its other work: a flood
+// of one key holds up no other. The keys are the pool's, or the
+// sub-pool's: a task submitted there elsewhere with the same key waits
+// for Run's of that key, and they for it.
+//
+// The order is the order of deliveries to this process. A message that
+// fails comes back after its backoff, behind the messages of its key
+// delivered meanwhile, and runs, as any redelivered message, once the
+// key's earlier tasks are done. Across processes there is no order:
+// another process may run a message of the same key at the same time.
+// Run waits for a key's running task at a stop, but hands back at once
+// its messages that did not start, which another process may then run
+// first.
+//
+// With a key, Run holds what the pool's workers would run within the
+// horizon, as if each ran one of its runners (see [Run]), and a message
+// waits in the pool's queue for its key or a worker: a pool busy with
+// other work holds them there, where without a key Run would not take
+// them. A message is one task of the pool: [workerpool.Status] counts
+// messages, not runners. With a bounded queue that blocks, Run waits for
+// room, and a stop for that wait. A panic in key fails the message as a
+// panic of its handler would, and is not passed to the pool. key must not
+// be nil.
+func WithKey(key func(msg jetstream.Msg) string) Option {
+	return func(c *config) {
+		if key == nil {
+			c.invalid("WithKey(nil): the key function is nil")
+			return
+		}
+		c.key = key
+	}
+}
+
 // WithProgressInterval sets how often [Run] tells the server that each
 // message it holds, waiting for a worker or running, is still in progress,
 // which restarts the message's AckWait. 0 uses the default, a third of the
@@ -230,11 +268,12 @@ type config struct {
 	deadLetterJS      jetstream.JetStream
 	deadLetterSubject string
 	onError           func(error)
-	deadLetterTimeout time.Duration // 0: DefaultDeadLetterTimeout
-	handlerTimeout    time.Duration // 0: none
-	settleTimeout     time.Duration // set by tests only; 0: settleTimeout
-	minAhead          int           // set by tests only: see flow.minAhead
-	err               error         // the first invalid option
+	deadLetterTimeout time.Duration              // 0: DefaultDeadLetterTimeout
+	handlerTimeout    time.Duration              // 0: none
+	key               func(jetstream.Msg) string // nil: no key order
+	settleTimeout     time.Duration              // set by tests only; 0: settleTimeout
+	minAhead          int                        // set by tests only: see flow.minAhead
+	err               error                      // the first invalid option
 }
 
 // invalid records an invalid option, unless one was recorded already.

@@ -110,6 +110,9 @@ func (r *run) pullLoop() {
 			}
 		}
 		r.submitRunners(r.flow.dueRunners())
+		if r.cfg.key != nil {
+			r.submitKeyed()
+		}
 		p, probe := r.flow.takeForPull(time.Now().Add(r.pullDeadline))
 		switch {
 		case p.n > 0:

@@ -174,3 +174,57 @@ func (r *run) handlerContext() (context.Context, context.CancelFunc) {
 func (r *run) stoppedBy(ctx context.Context) bool {
 	return r.hctx.Err() != nil && ctx.Err() != context.DeadlineExceeded
 }
+
+// With key order (WithKey), a message is a task of its own, of its key:
+// the puller submits the messages in the order they came.
+
+// submitKeyed submits the messages that wait to be, as tasks of their
+// keys, until none is left or the pool refuses one: that one is again
+// the first to be submitted, at the watcher's next poll.
+func (r *run) submitKeyed() {
+	for {
+		m := r.flow.nextToSubmit()
+		if m == nil {
+			return
+		}
+		key, err := r.keyOf(m)
+		if !r.flow.submitting(m, key) {
+			return // the stop took it
+		}
+		if err != nil {
+			if r.flow.startKeyed(m) {
+				r.settle(m, err, false)
+			}
+			continue
+		}
+		if err := r.s.SubmitKey(key, func() { r.runKeyed(m) }); err != nil {
+			r.flow.unsubmit(m)
+			if errors.Is(err, workerpool.ErrStopped) {
+				r.end(workerpool.ErrStopped)
+			}
+			return
+		}
+	}
+}
+
+// keyOf returns m's key, or the failure of the key function, which
+// panicked.
+func (r *run) keyOf(m *message) (key string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return r.cfg.key(m), nil
+}
+
+// runKeyed is the task of m, a message of a key: it runs m, unless the
+// stop took it back, or is under way.
+func (r *run) runKeyed(m *message) {
+	if r.stopCtx.Err() != nil {
+		r.beginStop()
+	}
+	if r.flow.startKeyed(m) {
+		r.handle(m)
+	}
+}

@@ -39,7 +39,7 @@ func (r *run) settle(m *message, err error, stopped bool) {
 	he.Final = !he.Stopped && (permanent || r.lastAttempt(attempt))
 	if he.Final && r.cfg.deadLetterJS != nil {
 		if m.hold() {
-			r.flow.released(m.size) // the handler settled m itself, then failed
+			r.flow.released(m) // the handler settled m itself, then failed
 			r.report(he)
 			return
 		}
@@ -48,7 +48,7 @@ func (r *run) settle(m *message, err error, stopped bool) {
 		return
 	}
 	defer r.report(he)
-	defer r.flow.released(m.size)
+	defer r.flow.released(m)
 	if m.close() {
 		return // the handler settled m itself, then failed
 	}
@@ -78,18 +78,18 @@ func (r *run) lastDelivery(delivery uint64) bool {
 // ack acks m, whose handler returned nil.
 func (r *run) ack(m *message) {
 	if m.close() {
-		r.flow.released(m.size) // the handler settled m itself
+		r.flow.released(m) // the handler settled m itself
 		return
 	}
 	if r.stopping.Load() {
 		r.confirm(m, "ack", ackAck)
-		r.flow.released(m.size)
+		r.flow.released(m)
 		return
 	}
 	// lastAcked is stored before the flow counts the ack: a probe of the
 	// acked slots always has a message to ack again.
 	r.lastAcked.Store(m)
-	if p := r.flow.carry(m.size, time.Now().Add(r.pullDeadline)); p.n > 0 {
+	if p := r.flow.carry(m, time.Now().Add(r.pullDeadline)); p.n > 0 {
 		if err := r.sendCarry(m, p); err != nil {
 			r.flow.ended(p.id, -1, -1)
 			r.report(m.messageError("ack", err))
@@ -100,7 +100,7 @@ func (r *run) ack(m *message) {
 	if err := m.send(ackAck); err != nil {
 		r.report(m.messageError("ack", err))
 	}
-	r.flow.ackedPlain(m.size)
+	r.flow.ackedPlain(m)
 }
 
 // send sends an ack body of the run's own for m, which it closed: plainly,
