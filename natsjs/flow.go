@@ -95,17 +95,16 @@ type flow struct {
 
 	// The byte bound (flow_bytes.go): what the queued and running
 	// messages weigh (bytes), what the live pulls may still bring
-	// (owedBytes, at most liveBytes, the sum of their max_bytes), the
-	// bound (maxBytes, 0: none), the consumer's MaxRequestMaxBytes (0:
-	// none), what was left of the last pull the server ended because the
-	// next message was larger (tooBig), the live pull of one message
-	// whatever its size (oversize, 0: none), and what a message weighs on
-	// average (avgSize).
-	bytes, owedBytes, liveBytes int
-	maxBytes, maxRequestBytes   int
-	tooBig                      int
-	oversize                    uint64
-	avgSize                     int
+	// (owedBytes, the sum of their max_bytes), the bound (maxBytes, 0:
+	// none), the consumer's MaxRequestMaxBytes (0: none), what was left of
+	// the last pull the server ended because the next message was larger
+	// (tooBig), the live pull of one message whatever its size (oversize,
+	// 0: none), and the largest message delivered (maxSize).
+	bytes, owedBytes          int
+	maxBytes, maxRequestBytes int
+	tooBig                    int
+	oversize                  uint64
+	maxSize                   int
 
 	pulls     []pullRecord // live pulls, oldest first
 	liveSum   int          // the sum of n over pulls

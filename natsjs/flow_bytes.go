@@ -9,24 +9,23 @@ package natsjs
 // counts as its size (nats.Msg.Size). Each pull asks for at most what the
 // bound leaves (max_bytes), and the server sends no more: it ends the pull
 // once the next message would go over, with a 409 "Message Size Exceeds
-// MaxBytes" if no message fitted. The flow then asks again only once more
-// than that is free; if nothing is held and the bound itself is too
-// small, it asks for one message, whatever its size, alone.
+// MaxBytes" if it does not fit. The flow then asks again only once more
+// than that is free, for that one message with twice the room; if nothing
+// is held and the bound itself is too small, it asks for it alone,
+// whatever its size.
 //
-// The flow counts what the live pulls may bring as a whole, as it counts
-// their messages: a delivery takes its size off, and a pull that ends
-// gives back what the server says it did not use: it says so at every
-// end (a 408 when it expires, a 409 "Batch Completed" when it got its
-// messages with bytes to spare, a 409 when the next message was too
-// large), but when its max_bytes were used to the byte, and it owes
-// nothing more. Whatever that count says, it never exceeds the sum of the
-// live pulls' max_bytes, to which it falls back when a pull ends without
-// saying, or is given up on.
-//
-// A pull asks for what its messages should weigh, twice what messages
-// have weighed on average, not for all the bound leaves: the next pull,
-// carried by the next ack, would find nothing left while the first one
-// waits for messages.
+// What the live pulls may bring is counted as the sum of their max_bytes,
+// until each ends, whatever they brought meanwhile: deliveries cannot be
+// told apart by pull. That counts some bytes twice, held and owed, from a
+// pull's last message to its end, but never too few. So each pull must
+// end with a word from the server, which it does (a 408 when it expires, a
+// 409 "Batch Completed" when it got its count of messages with bytes to
+// spare), but when its max_bytes were used to the byte: then the server
+// ends it silently, and the flow gives up on it at its deadline (see
+// sweep). So a pull asks for as many messages as fit twice over, each as
+// large as the largest seen (an ack subject grows by a byte as sequence
+// numbers do), and for one byte more than that: it ends with its count,
+// and never starves the pulls after it while it waits for messages.
 
 // setByteBound sets the byte bound (0: none) and the consumer's
 // MaxRequestMaxBytes (0: none), which no pull's max_bytes may exceed.
@@ -64,19 +63,25 @@ func (f *flow) fitBytes(n, freed int) (int, int) {
 		return 0, 0
 	case room <= f.tooBig:
 		return 0, 0 // room <= 0, or too little for the next message
+	case f.tooBig > 0:
+		// The next message is larger than the last pull left: it alone,
+		// with twice that, so that a few pulls find its size.
+		return 1, min(room, 2*f.tooBig)
+	case f.maxSize == 0:
+		return n, room // no message seen yet
 	}
-	if f.avgSize > 0 {
-		// After a pull that was too small for the next message, twice
-		// as much, so that a few pulls find its size.
-		room = min(room, max(2*n*f.avgSize, minPullBytes, 2*f.tooBig))
+	each := 2 * f.maxSize
+	if fit := (room - 1) / each; fit < n {
+		if fit == 0 {
+			if held > 0 {
+				return 0, 0 // wait for room: the next message may not fit
+			}
+			return 1, room
+		}
+		n = fit
 	}
-	return n, room
+	return n, n*each + 1
 }
-
-// minPullBytes is the least a pull asks for, under the byte bound, however
-// light the messages: a pull of a few bytes would fit no message but the
-// lightest.
-const minPullBytes = 64 << 10
 
 // addPullBytes records that pull id may bring maxBytes (0: one message,
 // whatever its size). Call with mu held.
@@ -89,43 +94,31 @@ func (f *flow) addPullBytes(id uint64, maxBytes int) {
 		return
 	}
 	f.owedBytes += maxBytes
-	f.liveBytes += maxBytes
 }
 
-// endPullBytes records that pull p ended with pendingBytes of its
-// max_bytes unused (-1: unknown). Call with mu held.
-func (f *flow) endPullBytes(p *pullRecord, pendingBytes int) {
+// endPullBytes records that pull p ended, or was given up on. Call with
+// mu held.
+func (f *flow) endPullBytes(p *pullRecord) {
 	if p.id == f.oversize {
 		f.oversize = 0
 	}
-	if p.maxBytes == 0 {
-		return
-	}
-	f.liveBytes -= p.maxBytes
-	if pendingBytes >= 0 {
-		f.owedBytes -= min(pendingBytes, f.owedBytes)
-	}
-	f.owedBytes = min(f.owedBytes, f.liveBytes)
+	f.owedBytes -= p.maxBytes
 }
 
-// deliveredBytes takes a message of size bytes that a pull owed off what
-// the pulls may bring. Call with mu held.
+// deliveredBytes records the delivery of a message of size bytes that a
+// pull owed. Call with mu held.
 func (f *flow) deliveredBytes(size int) {
-	f.owedBytes -= min(size, f.owedBytes)
 	f.oversize = 0 // it is the only pull out, and its one message came
 	f.tooBig = 0
-	if f.avgSize == 0 {
-		f.avgSize = size
-	} else {
-		f.avgSize += (size - f.avgSize) / 8
-	}
+	f.maxSize = max(f.maxSize, size)
 }
 
 // owesBytes reports whether the live pulls may bring a message of size
-// bytes: one larger than what they may bring in all is late, from a pull
-// given up on. Call with mu held.
+// bytes. A pull asked for no more than the bound left, so one that would
+// take the run over it is late, of a pull given up on (or the one message
+// larger than the bound, alone). Call with mu held.
 func (f *flow) owesBytes(size int) bool {
-	return f.maxBytes <= 0 || f.oversize != 0 || size <= f.owedBytes
+	return f.maxBytes <= 0 || f.oversize != 0 || f.bytes+size <= f.maxBytes
 }
 
 // overBytes reports whether a message of size bytes that no pull owed
@@ -149,5 +142,5 @@ func (f *flow) tooLarge(id uint64, pending, pendingBytes int) {
 		}
 		f.tooBig = max(f.tooBig, left)
 	}
-	f.endedLocked(id, pending, pendingBytes)
+	f.endedLocked(id, pending)
 }

@@ -87,7 +87,7 @@ func TestTheFlowOfKeyedTasksNeverHoldsMoreThanItsBoundNorCountsATaskTwice(t *tes
 			case 5: // a pull ends with a status
 				if len(pulls) > 0 {
 					i := rng.IntN(len(pulls))
-					f.ended(pulls[i], rng.IntN(3)-1, -1)
+					f.ended(pulls[i], rng.IntN(3)-1)
 					pulls = slices.Delete(pulls, i, i+1)
 				}
 			case 6: // the watcher probes the acks

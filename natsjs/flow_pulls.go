@@ -54,17 +54,16 @@ func (f *flow) find(id uint64) int {
 }
 
 // ended records that the server ended pull id with pending messages not
-// delivered (-1: all of them) and pendingBytes of its max_bytes left
-// (-1: unknown), and frees those slots. A status for a pull already ended
-// or given up on changes nothing.
-func (f *flow) ended(id uint64, pending, pendingBytes int) {
+// delivered (-1: all of them), and frees those slots, and its max_bytes.
+// A status for a pull already ended or given up on changes nothing.
+func (f *flow) ended(id uint64, pending int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.endedLocked(id, pending, pendingBytes)
+	f.endedLocked(id, pending)
 }
 
 // endedLocked is ended. Call with mu held.
-func (f *flow) endedLocked(id uint64, pending, pendingBytes int) {
+func (f *flow) endedLocked(id uint64, pending int) {
 	i := f.find(id)
 	if i < 0 || f.pulls[i].ended {
 		return
@@ -76,7 +75,7 @@ func (f *flow) endedLocked(id uint64, pending, pendingBytes int) {
 		pending = p.n
 	}
 	f.owed -= min(pending, f.owed)
-	f.endPullBytes(p, pendingBytes)
+	f.endPullBytes(p)
 	f.signal()
 }
 
@@ -91,7 +90,7 @@ func (f *flow) sweep(now time.Time, probe bool, deadline time.Time) (lost int, p
 	for k < len(f.pulls) && (f.pulls[k].ended || now.After(f.pulls[k].deadline)) {
 		if !f.pulls[k].ended {
 			f.liveSum -= f.pulls[k].n
-			f.endPullBytes(&f.pulls[k], -1)
+			f.endPullBytes(&f.pulls[k])
 		}
 		k++
 	}
@@ -118,7 +117,7 @@ func (f *flow) abandonPulls() {
 	f.pulls = f.pulls[:0]
 	f.liveSum = 0
 	f.owed = 0
-	f.owedBytes, f.liveBytes, f.oversize = 0, 0, 0
+	f.owedBytes, f.oversize = 0, 0
 	f.signal()
 }
 

@@ -62,7 +62,7 @@ func (r *run) probeReply(id uint64) string { return r.inbox + "c" + strconv.Form
 // sendPull sends plain pull p.
 func (r *run) sendPull(p pull) {
 	if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(p.id), r.pullBody(nil, p)); err != nil {
-		r.flow.ended(p.id, -1, -1)
+		r.flow.ended(p.id, -1)
 		r.pullFailed(fmt.Errorf("sending a pull: %w", err))
 	}
 }
@@ -180,18 +180,18 @@ func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
 		return // a heartbeat: the pull goes on
 	case status == "408" && pending >= 0:
 		// The pull expired: the usual end of a pull on an idle stream.
-		r.flow.ended(id, pending, pendingBytes)
+		r.flow.ended(id, pending)
 		return
 	case status == "409" && lower == "batch completed":
 		// A pull with max_bytes got all its messages, with bytes to spare.
-		r.flow.ended(id, pending, pendingBytes)
+		r.flow.ended(id, pending)
 		return
 	case status == "409" && strings.Contains(lower, "exceeds maxbytes"):
 		// The next message is larger than what the byte bound left.
 		r.flow.tooLarge(id, pending, pendingBytes)
 		return
 	}
-	r.flow.ended(id, pending, pendingBytes)
+	r.flow.ended(id, pending)
 	switch {
 	case status == "409" && strings.Contains(lower, "consumer deleted"):
 		r.lose(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))

@@ -91,7 +91,7 @@ func (r *run) ack(m *message) {
 	r.lastAcked.Store(m)
 	if p := r.flow.carry(m, time.Now().Add(r.pullDeadline)); p.n > 0 {
 		if err := r.sendCarry(m, p); err != nil {
-			r.flow.ended(p.id, -1, -1)
+			r.flow.ended(p.id, -1)
 			r.report(m.messageError("ack", err))
 			r.pullFailed(err)
 		}
