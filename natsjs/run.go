@@ -253,14 +253,17 @@ func (r *run) handBackLate(m *message) { r.giveBackAsync(m) }
 // end stops the run because of err, unless Run's ctx or an earlier call
 // ended it already. The handlers' ctx is cancelled at once: without the
 // pool, the consumer or the connection, what they do cannot be settled.
+// It is cancelled before the stop begins, so that no message the stop
+// hands back reaches another process while a handler of this one still
+// has its ctx.
 func (r *run) end(err error) {
 	r.mu.Lock()
 	if r.err == nil && r.parent.Err() == nil {
 		r.err = err
 	}
 	r.mu.Unlock()
-	r.stopAll()
 	r.hcancel()
+	r.stopAll()
 }
 
 // lose ends the run because its consumer or its stream is gone, as end
@@ -274,8 +277,8 @@ func (r *run) lose(err error) {
 		r.err = err
 	}
 	r.mu.Unlock()
-	r.stopAll()
 	r.hcancel()
+	r.stopAll()
 }
 
 // report tells the error handler of err. A panic in the error handler is
