@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -63,6 +65,27 @@ func startServerAt(t testing.TB, port int, dir string) *server.Server {
 	t.Cleanup(s.Shutdown)
 	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready")
 	return s
+}
+
+// restartablePort returns a free loopback port for a server that a test
+// shuts down and starts again on the same port. A port the system gives
+// out (-1) is an ephemeral one, which, once the server is down, the
+// system may give to any connection of the tests running beside it,
+// where the server could not start again; so it is one below the
+// ephemeral range (32768 and up on Linux), which only a listener asking
+// for it by number takes.
+func restartablePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			require.NoError(t, ln.Close())
+			return port
+		}
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // connect connects to s, reconnecting fast and for ever, and closes the

@@ -3,7 +3,6 @@ package natsjs_test
 import (
 	"context"
 	"errors"
-	"net"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -371,8 +370,8 @@ func outageRun(t *testing.T, settle time.Duration) outage {
 	t.Helper()
 	const jobs, held = 20, 8
 	o := outage{dir: t.TempDir(), hook: &hookLog{}, finished: newTally()}
-	s := startServerAt(t, -1, o.dir)
-	o.port = s.Addr().(*net.TCPAddr).Port
+	o.port = restartablePort(t)
+	s := startServerAt(t, o.port, o.dir)
 	_, o.js = connect(t, s)
 	cons := workQueue(t, o.js, time.Minute, 0)
 	publishJobs(t, o.js, jobs)
