@@ -334,3 +334,105 @@ func TestADeadLetterIsTriedForTheDeadLetterTimeoutThenReported(t *testing.T) {
 	// Generous for a loaded machine; the default is 2s, v3's 5s.
 	assert.Less(t, after, timeout+time.Second, "the dead letter was tried long after its timeout")
 }
+
+// A copy kept because its dead letter could not be published never runs
+// its handler: a Run with a dead-letter subject dead-letters it, one
+// without terminates it, as any final failure.
+func TestACopyOfAFinalFailureIsFinishedWithoutItsHandler(t *testing.T) {
+	t.Parallel()
+	for _, withDeadLetter := range []bool{true, false} {
+		t.Run(fmt.Sprint("dead letter ", withDeadLetter), func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, 30*time.Second, 3)
+			_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+			require.NoError(t, err)
+			// As keepFinal publishes it, with an ordinary job beside it.
+			kept := nats.NewMsg("jobs.kept")
+			kept.Data = []byte("kept")
+			kept.Header.Set("Natsjs-Final-Error", "malformed job")
+			kept.Header.Set("Natsjs-Attempts", "2")
+			_, err = js.PublishMsg(context.Background(), kept)
+			require.NoError(t, err)
+			publishJobs(t, js, 1)
+
+			ta := newTally()
+			opts := []natsjs.Option{}
+			if withDeadLetter {
+				opts = append(opts, natsjs.WithDeadLetter(js, "dead.jobs"))
+			}
+			stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				return nil
+			}, opts...)
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the copy was not finished")
+			require.NoError(t, stop())
+			assert.Equal(t, map[string]int{"0": 1}, ta.snapshot(), "the copy's handler ran")
+			if !withDeadLetter {
+				assert.Zero(t, streamMsgs(t, js, "DEAD"))
+				return
+			}
+			require.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"))
+			dead, err := js.Stream(context.Background(), "DEAD")
+			require.NoError(t, err)
+			raw, err := dead.GetMsg(context.Background(), 1)
+			require.NoError(t, err)
+			assert.Equal(t, "malformed job", raw.Header.Get("Natsjs-Error"))
+			assert.Equal(t, "2", raw.Header.Get("Natsjs-Deliveries"))
+			assert.Empty(t, raw.Header.Get("Natsjs-Final-Error"))
+		})
+	}
+}
+
+// Outside a work queue, a copy would reach every consumer of the stream:
+// a final failure whose dead letter cannot be published is left, and the
+// server delivers it again after AckWait, as the delivery table says: its
+// handler runs again, but never beside itself.
+func TestOutsideAWorkQueueAFinalFailureWhoseDeadLetterFailsComesBackAfterAckWait(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
+		Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 2,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "logs.1", []byte("x"))
+	require.NoError(t, err)
+
+	var ran, running, peak atomic.Int32
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ran.Add(1)
+		if n := running.Add(1); n > peak.Load() {
+			peak.Store(n)
+		}
+		defer running.Add(-1)
+		return natsjs.Permanent(errors.New("malformed"))
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithDeadLetterTimeout(200*time.Millisecond))
+	// Delivery 2, the last, is left too: the server delivers it no more.
+	eventually(t, func() bool { return ran.Load() == 2 && consumerInfo(t, cons).NumAckPending == 1 }, "not delivered again after AckWait")
+	require.NoError(t, stop())
+	assert.Equal(t, int32(1), peak.Load())
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "LOGS"), "the message was lost")
+}
+
+// A handler that settled its message itself, then failed for good, has
+// settled it: no dead letter.
+func TestAHandlerThatSettledItsMessageThenFailedForGoodIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 2)
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		require.NoError(t, msg.Ack())
+		return natsjs.Permanent(errors.New("after the ack"))
+	}, natsjs.WithDeadLetter(js, "dead.jobs"))
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stop())
+	assert.Zero(t, streamMsgs(t, js, "DEAD"))
+}

@@ -287,3 +287,46 @@ func TestAPanickingKeyFunctionFailsItsMessageAndRunGoesOn(t *testing.T) {
 	assert.Equal(t, "no key for job 3", pe.Value)
 	assert.False(t, hes[0].Final)
 }
+
+// A pool stopped under a Run with keys drops the tasks of the messages
+// that waited for their key: Run hands the messages back, and the tasks,
+// if anyone runs them, do nothing.
+func TestAPoolStoppedUnderARunWithKeysEndsItAndHandsBackItsMessages(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishKeyed(t, js, "k", "k", "k", "k")
+
+	p := workerpool.New(2)
+	release := make(chan struct{})
+	ta := newTally()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		ran <- natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			ta.add(msg)
+			<-release
+			return nil
+		}, natsjs.WithKey(subjectKey))
+	}()
+	eventually(t, func() bool { return ta.distinct() == 1 && p.Status().Waiting == 3 }, "k.1 to k.3 do not wait for k.0")
+	dropped := make(chan []func(), 1)
+	go func() { dropped <- p.Stop() }() // waits for the running handler
+
+	tb := newTally()
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		tb.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return tb.distinct() == 3 }, "the dropped messages were not handed back")
+	close(release)
+	assert.ErrorIs(t, recv(t, ran, "Run"), workerpool.ErrStopped)
+	for _, task := range recv(t, dropped, "the pool's Stop") {
+		task()
+	}
+	assert.Equal(t, map[string]int{"k.0": 1}, ta.snapshot())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stopB())
+}

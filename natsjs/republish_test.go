@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,4 +240,73 @@ func TestAStopCostsTheMessagesItHandsBackNoAttempt(t *testing.T) {
 		assert.False(t, he.Final, "%v", he)
 	}
 	assert.Len(t, hook.handlerErrors(), jobs)
+}
+
+// Every rolling deploy stops Run: a message caught by three stops in a
+// row, running or queued, still gets all its attempts, and a copy's
+// attempts count on from the message's (the attempt a HandlerError says,
+// and the last one, where it is final).
+func TestAMessageCaughtByEveryStopOfARollingDeployKeepsItsAttempts(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 3
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 2)
+
+	// Attempt 1 fails before the deploy begins; the jobs come back 300ms
+	// later, to the processes of the deploy.
+	var hook hookLog
+	failed := make(chan struct{}, 2)
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		failed <- struct{}{}
+		return errors.New("attempt 1 fails")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 300 * time.Millisecond }), hook.option())
+	recv(t, failed, "attempt 1")
+	recv(t, failed, "attempt 1")
+	require.NoError(t, stop())
+
+	// Three processes in a row each take both jobs, one running, one
+	// queued, and are stopped: the running handler fails because of it.
+	for deploy := range 3 {
+		started := make(chan struct{}, 2)
+		stopN := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, natsjs.WithAhead(1), natsjs.WithGracePeriod(0), hook.option())
+		recv(t, started, "a handler of deploy "+strconv.Itoa(deploy))
+		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "deploy does not hold both jobs")
+		require.NoError(t, stopN())
+	}
+
+	// The last process: attempts 2 and 3 fail; 3 is the last: final.
+	var attempts atomic.Int32
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		attempts.Add(1)
+		return errors.New("fails again")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 2 && streamEmpty(js, "JOBS") }, "the jobs were not dead-lettered")
+	require.NoError(t, stopB())
+	assert.Equal(t, int32(2*(maxDeliver-1)), attempts.Load(), "the stops cost attempts")
+	var attempted []uint64
+	for _, he := range hook.handlerErrors() {
+		if !he.Stopped {
+			attempted = append(attempted, he.Delivery)
+		}
+		if he.Final {
+			assert.Equal(t, uint64(maxDeliver), he.Delivery, "%v", he)
+		}
+	}
+	assert.ElementsMatch(t, []uint64{1, 1, 2, 2, 3, 3}, attempted, "the attempts the HandlerErrors said")
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 2; seq++ {
+		raw, err := dead.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		assert.Equal(t, strconv.Itoa(maxDeliver), raw.Header.Get("Natsjs-Deliveries"))
+		assert.Contains(t, []string{"1", "2"}, raw.Header.Get("Natsjs-Republished-From"), "the dead letter does not name the first original")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,21 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 		{"bounded queue whose caller runs", func(t *testing.T) *workerpool.Pool {
 			return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
 		}, []natsjs.Option{natsjs.WithMaxInFlight(20)}},
+		// Key order: each message a task of the pool, whose queue may be
+		// bounded too; a byte bound of a few messages.
+		{"keys, 7 of them", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithKey(mod7)}},
+		{"keys, one worker, one in flight", func(t *testing.T) *workerpool.Pool { return newPool(t, 1) }, []natsjs.Option{natsjs.WithKey(mod7), natsjs.WithMaxInFlight(1)}},
+		{"keys, bounded queue that blocks", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1))
+		}, []natsjs.Option{natsjs.WithKey(mod7), natsjs.WithMaxInFlight(20)}},
+		{"keys, bounded queue that rejects", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.Reject))
+		}, []natsjs.Option{natsjs.WithKey(mod7), natsjs.WithMaxInFlight(20)}},
+		{"keys, bounded queue whose caller runs", func(t *testing.T) *workerpool.Pool {
+			return newPool(t, 2, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		}, []natsjs.Option{natsjs.WithKey(mod7), natsjs.WithMaxInFlight(20)}},
+		{"a byte bound of a few messages", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithMaxBytes(300)}},
+		{"keys and a byte bound of a few messages", func(t *testing.T) *workerpool.Pool { return newPool(t, 4) }, []natsjs.Option{natsjs.WithKey(mod7), natsjs.WithMaxBytes(300)}},
 	}
 	for _, tc := range pools {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,6 +79,12 @@ func TestEveryMessageIsHandledOnceAndAckedLeavingTheStreamEmpty(t *testing.T) {
 			assert.Zero(t, info.NumRedelivered)
 		})
 	}
+}
+
+// mod7 keys the jobs of publishJobs by their number modulo 7.
+func mod7(msg jetstream.Msg) string {
+	n, _ := strconv.Atoi(string(msg.Data()))
+	return strconv.Itoa(n % 7)
 }
 
 func TestAFailedMessageComesBackAfterItsBackoffAndAPanicReachesThePool(t *testing.T) {
