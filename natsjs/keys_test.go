@@ -202,6 +202,9 @@ func TestRunsKeysAreThePoolsKeys(t *testing.T) {
 		handlerDone.Store(time.Now().UnixNano())
 		return nil
 	}, natsjs.WithKey(subjectKey))
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the pool's Stop, which waits for the handler
 	recv(t, started, "the handler")
 	done := make(chan struct{})
 	require.NoError(t, sub.SubmitKey("acme", func() {
@@ -210,7 +213,7 @@ func TestRunsKeysAreThePoolsKeys(t *testing.T) {
 	}))
 	// The other task of acme waits for Run's, on a free worker.
 	eventually(t, func() bool { return sub.Status().Waiting == 1 }, "the other task of the key is not waiting")
-	close(release)
+	free()
 	recv(t, done, "the other task of the key")
 	require.NoError(t, stop())
 	assert.Greater(t, taskRan.Load(), handlerDone.Load(), "the other task of the key ran beside Run's")

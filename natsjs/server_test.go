@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,11 +62,42 @@ func startServerAt(t testing.TB, port int, dir string) *server.Server {
 		NoSigs:    true,
 	})
 	require.NoError(t, err)
+	// What the server says of trouble, for a test whose server does not
+	// come up to say why.
+	var log serverLog
+	s.SetLogger(&log, false, false)
 	s.Start()
 	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready")
+	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready: %s", log.String())
 	return s
 }
+
+// A serverLog keeps the warnings and errors of an embedded server.
+type serverLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *serverLog) add(level, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 100 {
+		l.lines = append(l.lines, level+": "+fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *serverLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "; ")
+}
+
+func (l *serverLog) Noticef(string, ...any)         {}
+func (l *serverLog) Debugf(string, ...any)          {}
+func (l *serverLog) Tracef(string, ...any)          {}
+func (l *serverLog) Warnf(format string, v ...any)  { l.add("warning", format, v...) }
+func (l *serverLog) Errorf(format string, v ...any) { l.add("error", format, v...) }
+func (l *serverLog) Fatalf(format string, v ...any) { l.add("fatal", format, v...) }
 
 // restartablePort returns a free loopback port for a server that a test
 // shuts down and starts again on the same port. A port the system gives

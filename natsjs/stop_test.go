@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,6 +49,9 @@ func TestAStopHandsQueuedMessagesBackAtOnceWhileRunningHandlersFinish(t *testing
 		ta.add(msg)
 		return nil
 	}, natsjs.WithAhead(jobs-1))
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failure below must not leave the handler, and the pool's Stop, waiting
 	first := recv(t, startedA, "A's handler")
 	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "A did not take every job")
 
@@ -71,7 +75,7 @@ func TestAStopHandsQueuedMessagesBackAtOnceWhileRunningHandlersFinish(t *testing
 	default:
 	}
 
-	close(release)
+	free()
 	require.NoError(t, recv(t, stoppedA, "A's Run"))
 	assert.Equal(t, map[string]int{first: 1}, ta.snapshot())
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "A's last job not acked")
@@ -332,7 +336,9 @@ func TestNoHandlerStartsOnceRunsContextIsDone(t *testing.T) {
 			t.Errorf("handler of job %s started after ctx was done (ctx: %v)", msg.Data(), ctx.Err())
 			return nil
 		}
-		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "did not take every job")
+		// Not eventually: a FailNow here would end the handler, not the
+		// test, which would then wait for Run for ever.
+		assert.Eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, waitFor, 5*time.Millisecond, "did not take every job")
 		cancel()
 		assert.NoError(t, hctx.Err(), "the handler's ctx is done within the grace period")
 		return nil
@@ -472,23 +478,30 @@ func TestAHandlerThatPanicsOrCallsGoexitDuringTheGracePeriodFailsAndRunStops(t *
 			started := make(chan struct{})
 			fail := make(chan struct{})
 			var hook hookLog
-			stop := consuming(t, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
-				md, err := msg.Metadata()
-				require.NoError(t, err)
-				if md.NumDelivered > 1 {
-					return nil
-				}
-				close(started)
-				<-fail
-				if kind == "panic" {
-					panic("in the grace period")
-				}
-				runtime.Goexit()
-				return nil
-			}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
-			recv(t, started, "the handler")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			stopped := make(chan error, 1)
-			go func() { stopped <- stop() }()
+			go func() {
+				stopped <- natsjs.Run(ctx, p, js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+					md, err := msg.Metadata()
+					require.NoError(t, err)
+					if md.NumDelivered > 1 {
+						return nil
+					}
+					close(started)
+					<-fail
+					if kind == "panic" {
+						panic("in the grace period")
+					}
+					runtime.Goexit()
+					return nil
+				}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
+			}()
+			recv(t, started, "the handler")
+			// The stop begins before the handler fails, which it does
+			// in the grace period: else its message, Nak'd at once, could
+			// come back to this Run, which would handle it.
+			cancel()
 			close(fail)
 			require.NoError(t, recv(t, stopped, "Run"))
 			hes := hook.handlerErrors()
