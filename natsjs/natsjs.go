@@ -60,11 +60,11 @@
 // handlers keep their ctx for a grace period ([WithGracePeriod], by
 // default [DefaultGracePeriod]); then it is cancelled. A handler that
 // fails once its ctx is cancelled failed because of the stop: the failure
-// is not an attempt, and its message is handed back at once, alike. Run waits for every handler to
-// return, asks the server to confirm everything the stop settled, and
-// returns nil, or an error wrapping [ErrNotConfirmed] if the server did
-// not confirm some of it (the error handler is told which). It does not
-// stop the pool.
+// is not an attempt, and its message is handed back at once, alike. Run
+// waits for every handler to return, asks the server to confirm everything
+// the stop settled, and returns nil, or an error wrapping
+// [ErrNotConfirmed] if the server did not confirm some of it (the error
+// handler is told which). It does not stop the pool.
 package natsjs
 
 import (
@@ -103,12 +103,12 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // jetstream.Consumer does not give it), and re-publishes with it.
 //
 // A message Run hands back, because its handler did not start or failed
-// because of the stop, has not used an attempt. The server would count
-// the delivery of a Nak'd message against the consumer's MaxDeliver all
-// the same, and never deliver again one Nak'd on its last delivery. So in
-// a work-queue stream whose consumer has a MaxDeliver, Run publishes a
-// copy to the message's own subject, which the stream stores as a new
-// message, at its end, then terminates the message; the copy's header
+// because of the stop, has not used an attempt. The server would count the
+// delivery of a Nak'd message against the consumer's MaxDeliver all the
+// same, and never deliver again one Nak'd on its last delivery. So in a
+// work-queue stream whose consumer has a MaxDeliver, Run publishes a copy
+// to the message's own subject, which the stream stores as a new message,
+// at its end, then terminates the message; the copy's header
 // Natsjs-Attempts says how many attempts the message had used, and Run
 // counts the copy's deliveries on from there: the attempt a [HandlerError]
 // and the backoff count, and the last one, where a failure is final, is
@@ -117,13 +117,14 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // a copy of a copy), and has Nats-Msg-Id
 // "natsjs-republish:<stream>:<sequence>:<timestamp>", so that the stream
 // stores one copy if Run publishes it twice, and Natsjs-Republished-From,
-// the first original's stream sequence. Without a MaxDeliver, Run Naks: the message
-// keeps its place, and its delivery count, which the default backoff
-// depends on, grows by one. In another stream, where a copy would reach
-// every consumer, Run Naks too, which costs the message a delivery; on its
-// last delivery, Run dead-letters it (see [WithDeadLetter]), or, without a
-// dead-letter subject, leaves it and says so ([ErrNotConfirmed]). A copy
-// that cannot be published (a stream full) falls back to a Nak.
+// the first original's stream sequence. Without a MaxDeliver, Run Naks:
+// the message keeps its place, and its delivery count, which the default
+// backoff depends on, grows by one. In another stream, where a copy would
+// reach every consumer, Run Naks too, which costs the message a delivery;
+// on its last delivery, Run dead-letters it (see [WithDeadLetter]), or,
+// without a dead-letter subject, leaves it and says so
+// ([ErrNotConfirmed]). A copy that cannot be published (a stream full)
+// falls back to a Nak.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see

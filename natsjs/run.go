@@ -188,11 +188,10 @@ func (r *run) stop() {
 	for _, m := range r.flow.handBack() {
 		r.giveBackAsync(m)
 	}
-	// Every handler returned, and every message they ran was settled:
-	// acked, handed back, or its dead letter published or given up on.
+	// Every handler returned, and every message they ran was settled
+	// (acked, handed back, or its dead letter published or given up on),
+	// confirmed: confirm the plain acks sent before the stop.
 	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 })
-	// Every handler returned and its message was settled, confirmed:
-	// confirm the plain acks sent before the stop.
 	r.probeAcked()
 	r.waitFlow(func(c flowCounts) bool { return c.probing == 0 })
 
@@ -205,7 +204,8 @@ func (r *run) stop() {
 
 // beginStop stops the flow: no pull is sent, no runner takes a message,
 // and what runners settle from now on asks to be confirmed. It runs as
-// soon as stopCtx is done, and again as a runner or the stop sees it done.
+// soon as stopCtx is done, first thing when the run ends for another
+// reason (see end), and again as a runner or the stop sees it done.
 func (r *run) beginStop() {
 	if r.stopping.CompareAndSwap(false, true) {
 		r.flow.stop()
@@ -253,15 +253,18 @@ func (r *run) handBackLate(m *message) { r.giveBackAsync(m) }
 // end stops the run because of err, unless Run's ctx or an earlier call
 // ended it already. The handlers' ctx is cancelled at once: without the
 // pool, the consumer or the connection, what they do cannot be settled.
-// It is cancelled before the stop begins, so that no message the stop
-// hands back reaches another process while a handler of this one still
-// has its ctx.
+// In that order: no runner takes a message any more, then the handlers
+// lose their ctx, then the stop begins. So a handler that returns because
+// it lost its ctx is not followed by another, and no message the stop
+// hands back reaches another process while a handler here still has its
+// ctx.
 func (r *run) end(err error) {
 	r.mu.Lock()
 	if r.err == nil && r.parent.Err() == nil {
 		r.err = err
 	}
 	r.mu.Unlock()
+	r.beginStop()
 	r.hcancel()
 	r.stopAll()
 }
@@ -277,6 +280,7 @@ func (r *run) lose(err error) {
 		r.err = err
 	}
 	r.mu.Unlock()
+	r.beginStop()
 	r.hcancel()
 	r.stopAll()
 }
