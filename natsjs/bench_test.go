@@ -35,6 +35,8 @@ import (
 // The implementations:
 //   - Run: natsjs.Run with its defaults;
 //   - Run16: natsjs.Run with WithMaxInFlight(2n), v2's default bound;
+//   - RunKeyed: natsjs.Run with WithKey, each job its own key (its
+//     subject): what key order costs when it holds nothing up;
 //   - Messages: the peer, the plain loop, n goroutines each
 //     taking a message from Messages (default buffer of 500), running the
 //     job and acking with Ack, which does not wait for the server;
@@ -64,7 +66,7 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	for _, work := range works {
 		for _, n := range []int{8} {
-			for _, impl := range []string{"Run", "Run16", "Messages", "Messages2n", "Messages2nPool", "Loop1", "LoopPool", "LoopChan", "LoopSem"} {
+			for _, impl := range []string{"Run", "Run16", "RunKeyed", "Messages", "Messages2n", "Messages2nPool", "Loop1", "LoopPool", "LoopChan", "LoopSem"} {
 				b.Run(fmt.Sprintf("work=%s/n=%d/impl=%s", work.name, n, impl), func(b *testing.B) {
 					benchLoopback(b, n, impl, work.fn)
 				})
@@ -100,10 +102,13 @@ func benchLoopback(b *testing.B, n int, impl string, work func()) {
 	b.ResetTimer()
 	start, startCPU := time.Now(), cpuTime()
 	switch impl {
-	case "Run", "Run16":
+	case "Run", "Run16", "RunKeyed":
 		var opts []natsjs.Option
-		if impl == "Run16" {
+		switch impl {
+		case "Run16":
 			opts = append(opts, natsjs.WithMaxInFlight(2*n))
+		case "RunKeyed":
+			opts = append(opts, natsjs.WithKey(func(msg jetstream.Msg) string { return msg.Subject() }))
 		}
 		p := workerpool.New(n)
 		defer p.Stop()

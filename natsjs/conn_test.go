@@ -3,7 +3,6 @@ package natsjs_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -63,8 +62,8 @@ func TestAServerRestartLosesNothingAndRunCarriesOn(t *testing.T) {
 	t.Parallel() // waits on the clock, not the CPU
 	const jobs, inFlight = 100, 8
 	dir := t.TempDir()
-	s := startServerAt(t, -1, dir)
-	port := s.Addr().(*net.TCPAddr).Port
+	port := restartablePort(t)
+	s := startServerAt(t, port, dir)
 	nc, js := connect(t, s)
 	cons := workQueue(t, js, 2*time.Second, 0)
 	publishJobs(t, js, jobs)

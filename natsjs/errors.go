@@ -37,8 +37,10 @@ var (
 // could not be published (a dead letter, or a re-publication at a stop).
 type MessageError struct {
 	// Op is what failed: "ack", "nak", "term", "progress", "dead-letter"
-	// or "republish". A settling the server did not confirm has the
-	// settling's Op, and Err wraps ErrNotConfirmed.
+	// or "republish" (a copy to the message's own subject, of a message a
+	// stop handed back or whose dead letter could not be published). A
+	// settling the server did not confirm has the settling's Op, and Err
+	// wraps ErrNotConfirmed.
 	Op string
 	// Stream and Sequence name the message: its stream and its sequence
 	// in that stream.
@@ -62,21 +64,25 @@ func (e *MessageError) Unwrap() error { return e.Err }
 // value and the stack) and each call of runtime.Goexit.
 type HandlerError struct {
 	// Stream and Sequence name the message: its stream and its sequence
-	// in that stream. Delivery is the delivery that failed: 1 for the
-	// first.
+	// in that stream. Delivery is the attempt that failed: 1 for the
+	// first. It is the message's delivery count, but for a copy a stop
+	// re-published, whose attempts count on from the message's (see
+	// [Run]).
 	Stream   string
 	Sequence uint64
 	Delivery uint64
-	// Final says that the message will not be delivered again: the
-	// failure was on the consumer's last delivery (MaxDeliver), or was
-	// [Permanent]. Run dead-lettered it (see [WithDeadLetter]) and
-	// terminated it, or, if the dead letter could not be published, left
-	// it in its stream.
+	// Final says that the failure was on the consumer's last attempt
+	// (MaxDeliver), or was [Permanent]: the handler does not run on the
+	// message again. Run terminated it, once its dead letter was published
+	// if [WithDeadLetter] says where. If the dead letter could not be
+	// published, Run keeps the message, in a work-queue stream, as a copy
+	// whose handler does not run, until it can be (see
+	// [WithDeadLetter]); in another stream, it leaves it, and the server
+	// delivers it again after AckWait, but after its last delivery.
 	Final bool
 	// Stopped says that the handler failed once Run was stopping and had
-	// cancelled the handler's ctx: the failure is not counted as an
-	// attempt. Run handed the message back at once, without backoff, or,
-	// on its last delivery, re-published it (see [Run]).
+	// cancelled the handler's ctx: the failure is not an attempt. Run
+	// handed the message back at once, without backoff (see [Run]).
 	Stopped bool
 	// Err is what the handler returned, a *workerpool.PanicError, or an
 	// error saying that it called runtime.Goexit.

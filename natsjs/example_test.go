@@ -2,6 +2,7 @@ package natsjs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -67,4 +68,61 @@ func ExampleRun() {
 	sort.Strings(shouted)
 	fmt.Println(shouted, err)
 	// Output: [alpha! beta! gamma!] <nil>
+}
+
+// Middleware is a Handler that wraps a Handler: here one that counts each
+// message's outcome and adds up the time its handler took, as a metrics
+// library would; tracing would start a span from ctx instead, and end it
+// with the error. No hook is needed.
+func ExampleHandler_middleware() {
+	dir, _ := os.MkdirTemp("", "natsjs-example-")
+	defer os.RemoveAll(dir)
+	s, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	s.Start()
+	defer s.Shutdown()
+	s.ReadyForConnections(10 * time.Second)
+	nc, _ := nats.Connect(s.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js.CreateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy})
+	cons, _ := js.CreateOrUpdateConsumer(ctx, "JOBS", jetstream.ConsumerConfig{Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy})
+	for _, job := range []string{"one", "bad", "two"} {
+		js.Publish(ctx, "jobs.word", []byte(job))
+	}
+
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	var took time.Duration
+	measured := func(h natsjs.Handler) natsjs.Handler {
+		return func(ctx context.Context, msg jetstream.Msg) error {
+			start := time.Now()
+			err := h(ctx, msg)
+			mu.Lock()
+			defer mu.Unlock()
+			took += time.Since(start)
+			if err != nil {
+				outcomes["failed"]++
+			} else {
+				outcomes["ok"]++
+			}
+			if outcomes["ok"]+outcomes["failed"] == 3 {
+				cancel() // a real worker runs until it is told to stop
+			}
+			return err
+		}
+	}
+	h := func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "bad" {
+			return natsjs.Permanent(errors.New("a bad job"))
+		}
+		return nil
+	}
+	p := workerpool.New(4)
+	defer p.StopWait()
+	err := natsjs.Run(ctx, p, js, cons, measured(h))
+
+	fmt.Println(outcomes, took > 0, err)
+	// Output: map[failed:1 ok:2] true <nil>
 }

@@ -10,7 +10,8 @@ func WithSettleTimeout(d time.Duration) Option {
 }
 
 // WithAhead makes each runner have at least n messages waiting for it,
-// whatever the handlers' speed, for a test that needs messages queued.
+// whatever the handlers' speed, for a test that needs messages queued: Run
+// tops them up as soon as one is missing, rather than once half are.
 func WithAhead(n int) Option {
 	return func(c *config) { c.minAhead = n }
 }

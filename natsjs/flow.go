@@ -44,9 +44,21 @@ type flow struct {
 	queue   []*message // queued, oldest first from head
 	head    int
 	running int
-	owed    int
-	acked   int
-	probing int
+	// finishing holds the running messages no runner holds any more:
+	// those whose dead letter is being published (see final.go).
+	finishing map[*message]struct{}
+	// With key order (flow_keys.go), messages go to the pool as keyed
+	// tasks, not to runners: out holds those submitted, true once their
+	// task started; waiting counts those not started. arrivals numbers
+	// the messages in the order they came.
+	keyed    bool
+	out      map[*message]bool
+	waiting  int
+	arrivals uint64
+	keys     map[string]int // the messages in out, by key
+	owed     int
+	acked    int
+	probing  int
 
 	// credits counts workers that runners found free, with nothing to
 	// run, since the last pull.
@@ -81,6 +93,19 @@ type flow struct {
 	// update it as they go, without a lock).
 	horizon, service atomic.Int64
 
+	// The byte bound (flow_bytes.go): what the queued and running
+	// messages weigh (bytes), what the live pulls may still bring
+	// (owedBytes, the sum of their max_bytes), the bound (maxBytes, 0:
+	// none), the consumer's MaxRequestMaxBytes (0: none), what was left of
+	// the last pull the server ended because the next message was larger
+	// (tooBig), the live pull of one message whatever its size (oversize,
+	// 0: none), and the largest message delivered (maxSize).
+	bytes, owedBytes          int
+	maxBytes, maxRequestBytes int
+	tooBig                    int
+	oversize                  uint64
+	maxSize                   int
+
 	pulls     []pullRecord // live pulls, oldest first
 	liveSum   int          // the sum of n over pulls
 	lastPull  uint64
@@ -102,12 +127,13 @@ const maxAhead = 500
 
 func newFlow() *flow {
 	return &flow{
-		runners:  make(map[*runner]struct{}),
-		probes:   make(map[uint64]probeRecord),
-		changed:  make(chan struct{}, 1),
-		size:     1,
-		bound:    1,
-		maxBatch: 1,
+		runners:   make(map[*runner]struct{}),
+		finishing: make(map[*message]struct{}),
+		probes:    make(map[uint64]probeRecord),
+		changed:   make(chan struct{}, 1),
+		size:      1,
+		bound:     1,
+		maxBatch:  1,
 	}
 }
 
@@ -166,84 +192,72 @@ func (f *flow) signal() {
 
 func (f *flow) queued() int { return len(f.queue) - f.head }
 
-func (f *flow) used() int { return f.owed + f.queued() + f.running + f.acked + f.probing }
+func (f *flow) used() int {
+	return f.owed + f.queued() + f.waiting + f.running + f.acked + f.probing
+}
 
 // target returns how many messages the runners should have waiting or
-// owed. Call with mu held.
-func (f *flow) target() int { return min(maxAhead, f.perRunner()*f.active) }
+// owed: with key order, the pool's workers. Call with mu held.
+func (f *flow) target() int {
+	if f.keyed {
+		return min(maxAhead, f.perRunner()*f.size)
+	}
+	return min(maxAhead, f.perRunner()*f.active)
+}
+
+// A pull is what a pull asks for: n messages, of at most maxBytes bytes
+// in all (0: no limit), under its id.
+type pull struct {
+	id       uint64
+	n        int
+	maxBytes int
+}
 
 // want returns how many messages a pull should ask for now, reusing up to
-// reusable acked slots: 0 while enough is waiting or owed, or while no
-// slot is free. Enough is the target, or a message for each credit, as
-// long as the pool has a worker for it beside the running handlers,
-// whichever is more. While some is waiting or owed and no credit calls,
-// it waits until half the target is missing, so that pulls are fewer and
-// larger. Call with mu held.
-func (f *flow) want(reusable int) int {
+// reusable acked slots and freed bytes of the message whose ack would
+// carry it, and how many bytes they may weigh: 0 while enough is waiting
+// or owed, or while no slot is free. Enough is the target, or a message
+// for each credit, as long as the pool has a worker for it beside the
+// running handlers, whichever is more. While some is waiting or owed and
+// no credit calls, it waits until half the target is missing, so that
+// pulls are fewer and larger. Call with mu held.
+func (f *flow) want(reusable, freed int) (n, maxBytes int) {
 	if f.stopping {
-		return 0
-	}
-	supply := f.queued() + f.owed
-	target := f.target()
-	free := min(f.credits, max(f.size-f.running, 0))
-	n := max(target, free) - supply
-	if n <= 0 || supply > 0 && free == 0 && n < (target+1)/2 {
-		return 0
-	}
-	return max(min(n, f.maxBatch, f.bound-f.used()+reusable), 0)
-}
-
-// takeForPull decides a plain pull: it returns its id and size, 0 if none
-// is due. probe says that one is due but acked slots, which a plain pull
-// may not take, are in the way: the caller should probe them.
-func (f *flow) takeForPull(deadline time.Time) (id uint64, n int, probe bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n = f.want(0)
-	if n == 0 {
-		return 0, 0, f.acked > 0 && f.want(f.acked) > 0
-	}
-	return f.addPull(n, deadline), n, false
-}
-
-// carry decides whether the ack of a message a runner handled carries a
-// pull, and takes the slots if it does: the message's own and those of
-// the plain acks sent before, then free ones. It returns the pull's id
-// and size; 0, and nothing changed, if the ack should go plain.
-func (f *flow) carry(deadline time.Time) (id uint64, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	// The message moves from running to acked: its ack travels with the
-	// pull, and is processed before it.
-	n = f.want(f.acked + 1)
-	if n == 0 {
 		return 0, 0
 	}
-	f.running--
-	f.acked++
-	f.acked -= min(f.acked, n)
-	return f.addPull(n, deadline), n
+	supply := f.queued() + f.waiting + f.owed
+	target := f.target()
+	free := min(f.credits, max(f.size-f.running, 0))
+	if f.keyed {
+		// No runner proves a worker free: those ours do not run are.
+		// A message that waits for its key waits for no worker.
+		free = max(f.size-f.running, 0)
+		supply -= f.behindKeys()
+	}
+	n = max(target, free) - supply
+	// A test's minAhead asks for that many, whatever the pulls' size.
+	if n <= 0 || supply > 0 && free == 0 && n < (target+1)/2 && f.minAhead == 0 {
+		return 0, 0
+	}
+	n = min(n, f.maxBatch, f.bound-f.used()+reusable)
+	if n <= 0 {
+		return 0, 0
+	}
+	return f.fitBytes(n, freed)
 }
 
-// ackedPlain records that a runner sent a plain ack of the message it ran.
-// Call only after the ack was published: a later carried pull may take its
-// slot. It does not wake the puller: the runners' next acks carry the
-// pulls while they run, and the watcher probes the acked slots.
-func (f *flow) ackedPlain() {
+// takeForPull decides a plain pull; its n is 0 if none is due. probe says
+// that one is due but acked slots, which a plain pull may not take, are in
+// the way: the caller should probe them.
+func (f *flow) takeForPull(deadline time.Time) (p pull, probe bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.running--
-	f.acked++
-}
-
-// released frees the slot of a message a runner settled without an ack of
-// the run's own (a Nak, a Term, or the handler's own settling), or never
-// settled.
-func (f *flow) released() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.running--
-	f.signal()
+	n, maxBytes := f.want(0, 0)
+	if n == 0 {
+		n, _ = f.want(f.acked, 0)
+		return pull{}, f.acked > 0 && n > 0
+	}
+	return f.addPull(n, maxBytes, deadline), false
 }
 
 // probeAcked covers every acked slot with a probe, whose id it returns; 0
@@ -268,16 +282,25 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.owed > 0:
+	case f.owed > 0 && f.owesBytes(m.size):
 		f.owed--
+		f.deliveredBytes(m.size)
 		if f.owed == 0 && f.stopping {
 			f.signal() // the stop waits for this
 		}
-	case f.used() >= f.bound:
+	case f.used() >= f.bound, f.overBytes(m.size):
 		return false, 0
 	}
 	if f.handingBack {
 		return false, 0
+	}
+	f.bytes += m.size
+	f.arrivals++
+	m.n = f.arrivals
+	if f.keyed {
+		f.queue = append(f.queue, m)
+		f.signal() // the puller submits it
+		return true, 0
 	}
 	f.lastArrival = monotonic()
 	if n := len(f.idle); n > 0 {
@@ -296,8 +319,10 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 
 // A flowCounts is a snapshot of a flow.
 type flowCounts struct {
-	queued, running, owed, acked, probing int
+	queued, waiting, running, owed, acked int
+	probing                               int
 	credits, active, pending              int
+	bytes, owedBytes                      int
 }
 
 // counts returns a snapshot.
@@ -305,7 +330,8 @@ func (f *flow) counts() flowCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return flowCounts{
-		queued: f.queued(), running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
+		queued: f.queued(), waiting: f.waiting, running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
 		credits: f.credits, active: f.active, pending: f.pending,
+		bytes: f.bytes, owedBytes: f.owedBytes,
 	}
 }

@@ -12,6 +12,7 @@ import (
 type pullRecord struct {
 	id       uint64
 	n        int
+	maxBytes int       // 0: no limit
 	deadline time.Time // past it, the server serves the pull no more
 	ended    bool      // the server ended it with a status
 }
@@ -23,15 +24,16 @@ type probeRecord struct {
 	deadline time.Time
 }
 
-// addPull records a pull of n owed slots, which meets the credits. Call
-// with mu held.
-func (f *flow) addPull(n int, deadline time.Time) uint64 {
+// addPull records a pull of n owed slots, of at most maxBytes (0: no
+// limit), which meets the credits. Call with mu held.
+func (f *flow) addPull(n, maxBytes int, deadline time.Time) pull {
 	f.lastPull++
 	f.owed += n
 	f.liveSum += n
+	f.addPullBytes(f.lastPull, maxBytes)
 	f.credits = max(f.credits-n, 0)
-	f.pulls = append(f.pulls, pullRecord{id: f.lastPull, n: n, deadline: deadline})
-	return f.lastPull
+	f.pulls = append(f.pulls, pullRecord{id: f.lastPull, n: n, maxBytes: maxBytes, deadline: deadline})
+	return pull{id: f.lastPull, n: n, maxBytes: maxBytes}
 }
 
 // addProbe records a probe freeing n slots. Call with mu held.
@@ -52,11 +54,16 @@ func (f *flow) find(id uint64) int {
 }
 
 // ended records that the server ended pull id with pending messages not
-// delivered (-1: all of them), and frees those slots. A status for a pull
-// already ended or given up on changes nothing.
+// delivered (-1: all of them), and frees those slots, and its max_bytes.
+// A status for a pull already ended or given up on changes nothing.
 func (f *flow) ended(id uint64, pending int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.endedLocked(id, pending)
+}
+
+// endedLocked is ended. Call with mu held.
+func (f *flow) endedLocked(id uint64, pending int) {
 	i := f.find(id)
 	if i < 0 || f.pulls[i].ended {
 		return
@@ -68,6 +75,7 @@ func (f *flow) ended(id uint64, pending int) {
 		pending = p.n
 	}
 	f.owed -= min(pending, f.owed)
+	f.endPullBytes(p)
 	f.signal()
 }
 
@@ -82,6 +90,7 @@ func (f *flow) sweep(now time.Time, probe bool, deadline time.Time) (lost int, p
 	for k < len(f.pulls) && (f.pulls[k].ended || now.After(f.pulls[k].deadline)) {
 		if !f.pulls[k].ended {
 			f.liveSum -= f.pulls[k].n
+			f.endPullBytes(&f.pulls[k])
 		}
 		k++
 	}
@@ -108,6 +117,7 @@ func (f *flow) abandonPulls() {
 	f.pulls = f.pulls[:0]
 	f.liveSum = 0
 	f.owed = 0
+	f.owedBytes, f.oversize = 0, 0
 	f.signal()
 }
 

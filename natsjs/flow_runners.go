@@ -20,7 +20,7 @@ func newRunner() *runner { return &runner{wake: make(chan *message, 1)} }
 // the pool's size; or, while nothing is queued or owed and no credit is
 // left, tickets for the workers no runner holds. Call with mu held.
 func (f *flow) runnersDue() int {
-	if f.stopping {
+	if f.stopping || f.keyed {
 		return 0
 	}
 	var want int
@@ -115,7 +115,7 @@ func (f *flow) next(rn *runner, yield bool, now int64) (m *message, linger bool)
 // a message and may run it long, with no ack to carry the pull. Call with
 // mu held.
 func (f *flow) signalIfDueLocked() {
-	if f.want(0) > 0 {
+	if n, _ := f.want(0, 0); n > 0 {
 		f.signal()
 	}
 }
@@ -188,6 +188,12 @@ func (f *flow) held(buf []*message) []*message {
 			buf = append(buf, rn.cur)
 		}
 	}
+	for m := range f.finishing {
+		buf = append(buf, m)
+	}
+	for m := range f.out {
+		buf = append(buf, m)
+	}
 	return buf
 }
 
@@ -219,6 +225,10 @@ func (f *flow) handBack() []*message {
 	defer f.mu.Unlock()
 	f.handingBack = true
 	q := append([]*message(nil), f.queue[f.head:]...)
+	q = f.takeWaiting(q)
+	for _, m := range q {
+		f.bytes -= m.size
+	}
 	clear(f.queue)
 	f.queue, f.head = f.queue[:0], 0
 	return q

@@ -2,18 +2,25 @@ package natsjs
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
 
 // TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero drives a flow,
 // without a server, through random interleavings of what the run does:
-// pulls plain and carried, deliveries, runners starting, taking messages,
-// acking, failing and leaving, statuses, probes and sweeps. After every
-// step, every count is at least zero, credits at most the pool's size, and
-// what the flow holds within its bound.
+// pulls plain and carried, deliveries (as the server makes them, within
+// each pull's count and max_bytes, and some late, that no pull owed),
+// runners starting, taking messages, acking, failing and leaving,
+// statuses, probes and sweeps. After every step, every count is at least
+// zero, credits at most the pool's size, what the flow holds within its
+// bound, what its messages weigh what it counts, what the pulls may still
+// bring no more than it counts, and the two within its byte bound but for
+// one message alone.
 func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
-	handed := 0 // messages handed to a lingering runner: the walk reached that path
+	handed := 0   // messages handed to a lingering runner: the walk reached that path
+	tooLarge := 0 // pulls the server ended because the next message was too large
+	alone := 0    // steps at which one message larger than the byte bound was held
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 		f := newFlow()
@@ -22,25 +29,71 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			bound = 1 + rng.IntN(20)
 		}
 		f.setParams(size, bound, 10*time.Millisecond, 1+rng.IntN(50))
+		maxBytes, maxSize := 0, 1+rng.IntN(400)
+		switch rng.IntN(3) {
+		case 1:
+			maxBytes = 1 + rng.IntN(2000) // a few messages
+		case 2:
+			maxBytes = 1 + rng.IntN(1<<20) // pulls ask for what their messages should weigh
+		}
+		reqLimit := 0 // the consumer's MaxRequestMaxBytes
+		if rng.IntN(3) == 0 {
+			reqLimit = 1 + rng.IntN(600)
+		}
+		f.setByteBound(maxBytes, reqLimit)
 		f.minAhead = rng.IntN(4)
 		now := time.Unix(0, 0)
 		var (
 			running   []*runner // active runners, each with or without a message
 			lingering = make(map[*runner]bool)
-			pulls     []uint64
+			pulls     []*livePull // the server's view of the pulls it may serve
 			probes    []uint64
 			clock     int64
 		)
+		newPull := func(p pull) {
+			if reqLimit > 0 && p.maxBytes > reqLimit {
+				t.Fatalf("seed %d: a pull of %d bytes against a MaxRequestMaxBytes of %d", seed, p.maxBytes, reqLimit)
+			}
+			if p.n > 0 {
+				pulls = append(pulls, &livePull{pull: p, left: p.maxBytes, deadline: now.Add(time.Second)})
+			}
+		}
 		for step := range 3000 {
 			now = now.Add(time.Millisecond)
 			clock += int64(time.Millisecond)
 			switch rng.IntN(11) {
 			case 0: // the puller
-				if id, n, _ := f.takeForPull(now.Add(time.Second)); n > 0 {
-					pulls = append(pulls, id)
+				p, _ := f.takeForPull(now.Add(time.Second))
+				newPull(p)
+			case 1: // a pull brings a message, as the server would; or a late
+				// one, of a pull given up on: without a byte bound, at
+				// any time; with one, when no pull is live, since the
+				// server serves no pull past the deadline the flow gives
+				// it, and the flow counts a message as owed while any is
+				m := &message{size: 1 + rng.IntN(maxSize)}
+				if len(pulls) == 0 || maxBytes == 0 && rng.IntN(10) == 0 {
+					f.delivered(m)
+					continue
 				}
-			case 1: // a message arrives
-				f.delivered(&message{})
+				i := rng.IntN(len(pulls))
+				p := pulls[i]
+				if p.maxBytes > 0 && m.size > p.left {
+					// The server ends the pull: the message does not fit.
+					f.tooLarge(p.id, p.n, p.left)
+					tooLarge++
+					pulls = append(pulls[:i], pulls[i+1:]...)
+					continue
+				}
+				f.delivered(m)
+				p.n--
+				p.left -= m.size
+				if p.n == 0 || p.maxBytes > 0 && p.left == 0 {
+					// Served. With bytes to spare, the server says so.
+					if p.maxBytes > 0 && p.left > 0 {
+						f.ended(p.id, 0)
+					}
+					pulls = append(pulls[:i], pulls[i+1:]...)
+				}
 			case 2: // a pending runner starts
 				if f.counts().pending > 0 {
 					rn := newRunner()
@@ -91,31 +144,39 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 				}
 			case 5: // a handler returns nil: its ack carries a pull, or not
 				if rn := busy(running, rng); rn != nil {
-					if id, n := f.carry(now.Add(time.Second)); n > 0 {
-						pulls = append(pulls, id)
+					if p := f.carry(rn.cur, now.Add(time.Second)); p.n > 0 {
+						newPull(p)
 					} else {
-						f.ackedPlain()
+						f.ackedPlain(rn.cur)
 					}
 					rn.cur = nil
 				}
 			case 6: // a handler fails: Nak'd
 				if rn := busy(running, rng); rn != nil {
-					f.released()
+					f.released(rn.cur)
 					rn.cur = nil
 				}
-			case 7: // a pull ends with a status
+			case 7: // a pull ends with a status: what it left, or nothing said
 				if len(pulls) > 0 {
 					i := rng.IntN(len(pulls))
-					f.ended(pulls[i], rng.IntN(3)-1)
+					if p := pulls[i]; rng.IntN(2) == 0 {
+						f.ended(p.id, p.n)
+					} else {
+						f.ended(p.id, -1)
+					}
 					pulls = append(pulls[:i], pulls[i+1:]...)
 				}
 			case 8: // the watcher probes acks, or sweeps lost pulls
 				if id := f.probeAcked(now.Add(time.Second)); id != 0 {
 					probes = append(probes, id)
 				}
-				if _, id := f.sweep(now.Add(-500*time.Millisecond), true, now.Add(time.Second)); id != 0 {
+				swept := now.Add(-500 * time.Millisecond)
+				if _, id := f.sweep(swept, true, now.Add(time.Second)); id != 0 {
 					probes = append(probes, id)
 				}
+				// The server serves no pull past its deadline, which is
+				// after the pull's own expiry.
+				pulls = slices.DeleteFunc(pulls, func(p *livePull) bool { return swept.After(p.deadline) })
 			case 9: // a probe is answered, or expires
 				if len(probes) > 0 && rng.IntN(2) == 0 {
 					i := rng.IntN(len(probes))
@@ -136,6 +197,7 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			for name, v := range map[string]int{
 				"queued": c.queued, "running": c.running, "owed": c.owed, "acked": c.acked,
 				"probing": c.probing, "credits": c.credits, "active": c.active, "pending": c.pending,
+				"bytes": c.bytes, "owed bytes": c.owedBytes,
 			} {
 				if v < 0 {
 					t.Fatalf("seed %d step %d: %s = %d: %+v", seed, step, name, v, c)
@@ -147,12 +209,57 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			if used := c.owed + c.queued + c.running + c.acked + c.probing; bound > 0 && used > bound {
 				t.Fatalf("seed %d step %d: %d held against a bound of %d: %+v", seed, step, used, bound, c)
 			}
+			if weight := heldBytes(f, running); weight != c.bytes {
+				t.Fatalf("seed %d step %d: the held messages weigh %d, the flow counts %d: %+v", seed, step, weight, c.bytes, c)
+			}
+			// What the server may still send is what its pulls have left.
+			mayBring := 0
+			for _, p := range pulls {
+				mayBring += p.left
+			}
+			if maxBytes > 0 && c.owedBytes < mayBring {
+				t.Fatalf("seed %d step %d: the flow counts %d bytes owed, the pulls may bring %d: %+v", seed, step, c.owedBytes, mayBring, c)
+			}
+			if maxBytes > 0 && c.bytes+mayBring > maxBytes {
+				if c.queued+c.running != 1 || mayBring != 0 {
+					t.Fatalf("seed %d step %d: %d bytes held and %d may come against a bound of %d: %+v", seed, step, c.bytes, mayBring, maxBytes, c)
+				}
+				alone++
+			}
 		}
 	}
 	if handed == 0 {
 		t.Error("no message was handed to a lingering runner: the walk missed that path")
 	}
-	t.Logf("%d messages handed to lingering runners", handed)
+	if tooLarge == 0 || alone == 0 {
+		t.Errorf("the walk missed a path: %d pulls ended by a message too large, %d steps holding one message over the byte bound", tooLarge, alone)
+	}
+	t.Logf("%d messages handed to lingering runners, %d pulls ended by a message too large, %d steps holding one message over the byte bound",
+		handed, tooLarge, alone)
+}
+
+// A livePull is a pull as the server sees it: the messages it may still
+// bring (n), and the bytes (left, if its maxBytes is not 0).
+type livePull struct {
+	pull
+	left     int
+	deadline time.Time
+}
+
+// heldBytes returns what the messages f holds, queued or running, weigh.
+func heldBytes(f *flow, running []*runner) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, m := range f.queue[f.head:] {
+		n += m.size
+	}
+	for _, rn := range running {
+		if rn.cur != nil {
+			n += rn.cur.size
+		}
+	}
+	return n
 }
 
 // busy returns a runner of running that runs a handler, or nil.

@@ -15,16 +15,23 @@ import (
 // the run's connection, as jetstream's own messages do, and record that
 // the handler settled it, so that the run does not settle it again.
 type message struct {
-	msg *nats.Msg
-	nc  *nats.Conn
+	msg  *nats.Msg
+	nc   *nats.Conn
+	size int    // msg.Size(): what the server counts against a pull's max_bytes
+	n    uint64 // its place in the order the run received messages; guarded by flow.mu
+	key  string // its key, with key order; guarded by flow.mu
 
 	// mu orders the watcher's progress messages against the settling of
-	// the message: once closed is set, no progress message is sent, so
+	// the message: once sealed is set, no progress message is sent, so
 	// that none can follow a Nak on the connection and reset the delay
-	// the Nak asked for. settled says that the handler settled it itself.
+	// the Nak asked for. closed says that the run settles it, or the
+	// handler did (settled): the handler may settle it no more. A message
+	// is closed and sealed together, but for one whose dead letter is
+	// being published: the server must not redeliver it meanwhile.
 	mu      sync.Mutex
 	closed  bool
 	settled bool
+	sealed  bool
 }
 
 // The bodies of the acks the server understands.
@@ -39,7 +46,7 @@ var (
 func (m *message) progress() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.sealed {
 		return nil
 	}
 	return m.send(ackProgress)
@@ -57,13 +64,27 @@ func (m *message) settle(send func() error) error {
 	if err := send(); err != nil {
 		return err
 	}
-	m.closed, m.settled = true, true
+	m.closed, m.settled, m.sealed = true, true, true
 	return nil
 }
 
-// close records that the run settles m now, and reports whether the
-// handler had settled it already.
+// close records that the run settles m now, and sends no more progress
+// for it. It reports whether the handler had settled m already.
 func (m *message) close() (settledByHandler bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sealed = true
+	if m.closed {
+		return m.settled
+	}
+	m.closed = true
+	return false
+}
+
+// hold records that the run settles m, later: the handler may settle it
+// no more, but progress goes on until seal. It reports whether the
+// handler had settled m already.
+func (m *message) hold() (settledByHandler bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -71,6 +92,13 @@ func (m *message) close() (settledByHandler bool) {
 	}
 	m.closed = true
 	return false
+}
+
+// seal sends no more progress for m, which the run is about to settle.
+func (m *message) seal() {
+	m.mu.Lock()
+	m.sealed = true
+	m.mu.Unlock()
 }
 
 // send publishes an ack body to m's ack subject.
@@ -84,6 +112,44 @@ func (m *message) info() (stream string, seq, delivery uint64, ts int64) {
 		return "", 0, 0, 0
 	}
 	return md.Stream, md.Sequence.Stream, md.NumDelivered, md.Timestamp.UnixNano()
+}
+
+// The headers of the copies Run publishes of a message to its own subject
+// (see republish.go), which it reads when a copy comes back.
+const (
+	// hdrAttempts is the number of attempts the message had used when the
+	// copy was published: its handler's failures (and crashes), not the
+	// deliveries a stop handed back.
+	hdrAttempts = "Natsjs-Attempts"
+	// hdrFinal is the cause of a failure that was final, on a copy
+	// published because its dead letter could not be: its handler does
+	// not run again.
+	hdrFinal = "Natsjs-Final-Error"
+	// hdrFrom is the stream sequence of the first original of a copy.
+	hdrFrom = "Natsjs-Republished-From"
+)
+
+// attemptsBefore returns the attempts m had used before this copy of it
+// was published; 0 for a message Run did not copy.
+func (m *message) attemptsBefore() uint64 {
+	if m.msg.Header == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m.msg.Header.Get(hdrAttempts), 10, 64)
+	return n
+}
+
+// finalError returns the cause of the final failure of a copy published
+// because its dead letter could not be, and false for any other message.
+func (m *message) finalError() (string, bool) {
+	if m.msg.Header == nil {
+		return "", false
+	}
+	vs, ok := m.msg.Header[hdrFinal]
+	if !ok || len(vs) == 0 {
+		return "", false
+	}
+	return vs[0], true
 }
 
 // messageError returns the failure of op on m, naming m's stream and
@@ -137,7 +203,7 @@ func (m *message) DoubleAck(ctx context.Context) error {
 		m.mu.Unlock()
 		return jetstream.ErrMsgAlreadyAckd
 	}
-	m.closed, m.settled = true, true
+	m.closed, m.settled, m.sealed = true, true, true
 	m.mu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -174,6 +240,13 @@ func nakBody(delay time.Duration) []byte {
 	if delay <= 0 {
 		return ackNak
 	}
+	return nakDelayBody(delay)
+}
+
+// nakDelayBody returns the body of a Nak with delay, whatever its sign:
+// without a consumer BackOff, the server redelivers the message delay from
+// now (at once if delay is not positive); with one, see failedNak.
+func nakDelayBody(delay time.Duration) []byte {
 	return []byte(`-NAK {"delay":` + strconv.FormatInt(delay.Nanoseconds(), 10) + `}`)
 }
 

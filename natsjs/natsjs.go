@@ -36,7 +36,8 @@
 // waiting, and a pool busy with other work holds nothing it cannot start:
 // Run asks the pool for a worker (a task that only checks in) before it
 // asks the server for a message to run on it. [WithMaxInFlight] adds an
-// upper bound.
+// upper bound on their number, and [WithMaxBytes] one on what they weigh,
+// [DefaultMaxBytes] (64 MiB) by default.
 //
 // Run's tasks on the pool are runners, not messages: a runner runs the
 // waiting messages one after another, and waits for the next one for up
@@ -52,18 +53,18 @@
 //
 // When ctx is done, Run takes no more messages and starts no handler. As
 // soon as the pulls it sent end, within about a quarter of a second, it
-// hands back (Nak) every message that waited, so that another process
-// gets it without waiting for AckWait. A message on its last delivery,
-// which a Nak would strand, is instead re-published to its own subject
-// (in a work-queue stream; see [Run]). The running handlers keep their ctx
-// for a grace period ([WithGracePeriod], by default [DefaultGracePeriod]);
-// then it is cancelled. A handler that fails once its ctx is cancelled
-// failed because of the stop: the failure is not counted as an attempt,
-// and its message is handed back at once. Run waits for every handler to
-// return, asks the server to confirm everything the stop settled, and
-// returns nil, or an error wrapping [ErrNotConfirmed] if the server did
-// not confirm some of it (the error handler is told which). It does not
-// stop the pool.
+// hands back every message that waited, so that another process gets it
+// without waiting for AckWait: a Nak, or, in a work-queue stream whose
+// consumer has a MaxDeliver, a copy re-published to the message's own
+// subject, so that the hand-back costs no attempt (see [Run]). The running
+// handlers keep their ctx for a grace period ([WithGracePeriod], by
+// default [DefaultGracePeriod]); then it is cancelled. A handler that
+// fails once its ctx is cancelled failed because of the stop: the failure
+// is not an attempt, and its message is handed back at once, alike. Run
+// waits for every handler to return, asks the server to confirm everything
+// the stop settled, and returns nil, or an error wrapping
+// [ErrNotConfirmed] if the server did not confirm some of it (the error
+// handler is told which). It does not stop the pool.
 package natsjs
 
 import (
@@ -74,6 +75,7 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -82,11 +84,14 @@ import (
 // (see [WithBackoff]), until the consumer's MaxDeliver; a failure on the
 // last delivery, or a [Permanent] one, is final (see [WithDeadLetter]).
 //
-// ctx has the values of [Run]'s ctx. It is cancelled a grace period after
-// Run's ctx is done (see [WithGracePeriod]), or at once when Run stops
-// because the pool stopped, the consumer is gone or the connection was
-// closed. A handler that returns an error once ctx is cancelled has its
-// message handed back at once, the failure not counted as an attempt.
+// ctx has the values of [Run]'s ctx, but not its deadline. It is
+// cancelled a grace period after Run's ctx is done (see
+// [WithGracePeriod]), or at once when Run stops because the pool stopped,
+// the consumer is gone or the connection was closed; and it has a
+// deadline if [WithHandlerTimeout] sets one. A handler that returns an
+// error once the stop cancelled ctx has its message handed back at once,
+// the failure not counted as an attempt; past its deadline, it has failed
+// an attempt.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
 // nil, and Run's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
@@ -97,19 +102,29 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // context cons came from: Run pulls on its connection (a
 // jetstream.Consumer does not give it), and re-publishes with it.
 //
-// At a stop, a message on its last delivery (the consumer's MaxDeliver)
-// that Run must hand back, because its handler did not start or failed
-// because of the stop, is not Nak'd: the server would never deliver it
-// again. In a work-queue stream, Run publishes a copy to the message's
-// own subject, which the stream stores as a new message with every
-// delivery ahead of it, then terminates the message. The copy keeps the
-// payload and headers, with the Nats-* headers renamed Natsjs-Original-*
-// (the first original's, for a copy of a copy), and has Nats-Msg-Id
+// A message Run hands back, because its handler did not start or failed
+// because of the stop, has not used an attempt. The server would count the
+// delivery of a Nak'd message against the consumer's MaxDeliver all the
+// same, and never deliver again one Nak'd on its last delivery. So in a
+// work-queue stream whose consumer has a MaxDeliver, Run publishes a copy
+// to the message's own subject, which the stream stores as a new message,
+// at its end, then terminates the message; the copy's header
+// Natsjs-Attempts says how many attempts the message had used, and Run
+// counts the copy's deliveries on from there: the attempt a [HandlerError]
+// and the backoff count, and the last one, where a failure is final, is
+// still the MaxDeliver-th. The copy keeps the payload and headers, with
+// the Nats-* headers renamed Natsjs-Original-* (the first original's, for
+// a copy of a copy), and has Nats-Msg-Id
 // "natsjs-republish:<stream>:<sequence>:<timestamp>", so that the stream
 // stores one copy if Run publishes it twice, and Natsjs-Republished-From,
-// the original's sequence. In another stream, where a copy would reach
-// every consumer, Run dead-letters the message (see [WithDeadLetter]), or,
-// without a dead-letter subject, leaves it and says so ([ErrNotConfirmed]).
+// the first original's stream sequence. Without a MaxDeliver, Run Naks:
+// the message keeps its place, and its delivery count, which the default
+// backoff depends on, grows by one. In another stream, where a copy would
+// reach every consumer, Run Naks too, which costs the message a delivery;
+// on its last delivery, Run dead-letters it (see [WithDeadLetter]), or,
+// without a dead-letter subject, leaves it and says so
+// ([ErrNotConfirmed]). A copy that cannot be published (a stream full)
+// falls back to a Nak.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
@@ -118,9 +133,12 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // Run returns an error at once, without taking a message, if ctx, s, js,
 // cons or h is nil; if an option is invalid (the error wraps
 // jetstream.ErrInvalidOption); if js does not reach cons (a js of another
-// domain, API prefix, account or server: jetstream.ErrInvalidOption too);
-// if cons cannot be served ([ErrInvalidConsumer]). It returns nil at once
-// if ctx is already done.
+// domain, API prefix, account or server, where no JetStream answers or the
+// one that does has no such consumer: jetstream.ErrInvalidOption too); if
+// cons cannot be served ([ErrInvalidConsumer]); if the consumer cannot be
+// read, through cons or js, for another reason (the error wraps the
+// cause). It returns nil at once if ctx is already done, and nil if ctx is
+// done while it reads the consumer, before it takes a message.
 //
 // If s is stopped, before or while Run runs, Run stops as if ctx were
 // done, without the grace period (it notices within about 100ms), and
@@ -132,7 +150,10 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // again after a pause, and go to the [WithErrorHandler] function. After a
 // stop caused by ctx, Run returns nil, or an error wrapping
 // [ErrNotConfirmed] if the server did not confirm all that the stop
-// settled.
+// settled; if the consumer or its stream is deleted during the stop, the
+// running handlers lose their ctx as soon as Run notices (it reads the
+// consumer every second meanwhile), and Run returns an error that wraps
+// the cause.
 //
 // Run reads the consumer's AckWait, BackOff and MaxDeliver when it starts
 // and again every progress interval; its pull limits (MaxRequestBatch,
@@ -181,6 +202,11 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	r.flow.minAhead = cfg.minAhead
 	r.runnerTask = r.runTask
 	if err := r.reach(ctx, info); err != nil {
+		if ctx.Err() != nil {
+			// ctx was done while Run read the consumer: as if it had
+			// been done before the call.
+			return nil
+		}
 		return err
 	}
 	r.setConsumer(c)
@@ -192,6 +218,10 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	if mb := c.MaxRequestBatch; mb > 0 {
 		r.maxBatch = mb
 	}
+	r.flow.setByteBound(cfg.maxBytes, c.MaxRequestMaxBytes)
+	if cfg.key != nil {
+		r.flow.setKeyed()
+	}
 	r.pullExpires = pullWait
 	if c.MaxRequestExpires > 0 {
 		r.pullExpires = min(r.pullExpires, c.MaxRequestExpires)
@@ -200,9 +230,11 @@ func Run(ctx context.Context, s workerpool.Submitter, js jetstream.JetStream, co
 	r.stopCtx, r.stopAll = context.WithCancel(ctx)
 	context.AfterFunc(r.stopCtx, r.beginStop)
 	r.hctx, r.hcancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.checkCtx, r.endChecks = context.WithCancel(context.WithoutCancel(ctx))
 	if err := r.subscribe(info); err != nil {
 		r.stopAll()
 		r.hcancel()
+		r.endChecks()
 		return err
 	}
 	return r.run()
@@ -230,8 +262,11 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	}
 	start := time.Now()
 	via, err := r.js.Consumer(ctx, info.Stream, info.Name)
-	if err != nil {
-		return fmt.Errorf("natsjs: Run: consumer %q of stream %q cannot be reached through js (%v): %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+	switch {
+	case unreachable(err):
+		return fmt.Errorf("natsjs: Run: consumer %q of stream %q cannot be reached through js: %w: %w", info.Name, info.Stream, err, jetstream.ErrInvalidOption)
+	case err != nil:
+		return fmt.Errorf("natsjs: Run: reading consumer %q of stream %q through js: %w", info.Name, info.Stream, err)
 	}
 	r.sampleRTT(time.Since(start))
 	if got := via.CachedInfo(); got == nil || !got.Created.Equal(fresh.Created) {
@@ -243,6 +278,21 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	}
 	r.workQueue = stream.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy
 	return nil
+}
+
+// unreachable reports whether err, the failure of a request for a
+// consumer through js, says that js reaches no such consumer: no JetStream
+// answers there, or the one that does has no such stream or consumer. A
+// failure that says nothing of js, such as a timeout or a cancelled ctx,
+// is not one.
+func unreachable(err error) bool {
+	for _, e := range []error{nats.ErrNoResponders, jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount,
+		jetstream.ErrStreamNotFound, jetstream.ErrConsumerNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // redeliveryFloor returns the shortest time after which the server may

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,6 +130,9 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 		"WithProgressInterval(AckWait)":        {js, cons, []natsjs.Option{natsjs.WithProgressInterval(2 * time.Second)}},
 		"WithProgressInterval above a BackOff": {js, backoffCons, []natsjs.Option{natsjs.WithProgressInterval(time.Second)}},
 		"WithGracePeriod(-1)":                  {js, cons, []natsjs.Option{natsjs.WithGracePeriod(-1)}},
+		"WithHandlerTimeout(-1)":               {js, cons, []natsjs.Option{natsjs.WithHandlerTimeout(-1)}},
+		"WithDeadLetterTimeout(-1)":            {js, cons, []natsjs.Option{natsjs.WithDeadLetterTimeout(-1)}},
+		"WithKey(nil)":                         {js, cons, []natsjs.Option{natsjs.WithKey(nil)}},
 		"WithDeadLetter(nil, subject)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(nil, "dead")}},
 		"WithDeadLetter(js, \"\")":             {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "")}},
 		"WithDeadLetter(js, wildcard)":         {js, cons, []natsjs.Option{natsjs.WithDeadLetter(js, "dead.*")}},
@@ -154,7 +158,10 @@ func TestInvalidOptionsAreErrorsFromRunBeforeItTakesAMessage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.NoError(t, natsjs.Run(ctx, newPool(t, 1), js, backoffCons, h, natsjs.WithProgressInterval(800*time.Millisecond),
-		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0)))
+		natsjs.WithMaxInFlight(1), natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithGracePeriod(0),
+		natsjs.WithHandlerTimeout(0), natsjs.WithHandlerTimeout(time.Second),
+		natsjs.WithDeadLetterTimeout(0), natsjs.WithDeadLetterTimeout(time.Second),
+		natsjs.WithMaxBytes(0), natsjs.WithMaxBytes(-1), natsjs.WithMaxBytes(1)))
 	requireTookNothing(t, cons, 3)
 }
 
@@ -175,4 +182,87 @@ func TestDefaultBackoffIsBetweenHalfAndAllOfADoublingDelayUpToAMinute(t *testing
 	}
 	d := natsjs.DefaultBackoff(1 << 62)
 	assert.True(t, d >= 30*time.Second && d <= time.Minute, "%v", d)
+}
+
+// Issue 31's fourth failure: through a server 80ms of round trip away,
+// Run whose ctx was cancelled while it read the consumer returned
+// "reading consumer: context canceled", or said that js could not reach
+// cons, wrapping jetstream.ErrInvalidOption. A ctx done while Run starts
+// is a ctx done: Run returns nil, and loses nothing.
+func TestRunWhoseCtxIsCancelledWhileItStartsReturnsNil(t *testing.T) {
+	t.Parallel()
+	const jobs = 20
+	s := startServer(t)
+	_, direct := connect(t, s)
+	workQueue(t, direct, 30*time.Second, 0)
+	publishJobs(t, direct, jobs)
+	proxy := startLatencyProxy(t, s.Addr().String(), 40*time.Millisecond)
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(context.Background(), "JOBS", "workers")
+	require.NoError(t, err)
+
+	ta := newTally()
+	h := func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	}
+	// Every step of the start: the consumer read through cons, then
+	// through js, the stream, the subscription, the first pull.
+	for after := time.Duration(0); after <= 400*time.Millisecond; after += 20 * time.Millisecond {
+		ctx, cancel := context.WithCancel(context.Background())
+		timer := time.AfterFunc(after, cancel)
+		err := natsjs.Run(ctx, newPool(t, 2), js, cons, h)
+		timer.Stop()
+		cancel()
+		assert.NoError(t, err, "ctx cancelled %v after Run was called", after)
+	}
+	// Nothing was lost: what a Run took, it acked or handed back.
+	stop := consuming(t, newPool(t, 4), direct, workQueueConsumer(t, direct), h)
+	eventually(t, func() bool { return streamEmpty(direct, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stop())
+	assert.Equal(t, jobs, ta.distinct())
+}
+
+// workQueueConsumer returns the consumer workQueue made, through js.
+func workQueueConsumer(t testing.TB, js jetstream.JetStream) jetstream.Consumer {
+	t.Helper()
+	cons, err := js.Consumer(context.Background(), "JOBS", "workers")
+	require.NoError(t, err)
+	return cons
+}
+
+// A js whose requests fail for a reason that says nothing of where js
+// leads (here the answer of a JetStream that is short of resources) is
+// not an invalid option: Run returns the failure, not
+// jetstream.ErrInvalidOption, whose meaning is that the caller passed
+// something wrong.
+func TestAFailureToReadTheConsumerThroughJsIsNoInvalidOption(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	nc, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 1)
+	// Every request through the prefix $JS.busy.API is answered with an
+	// error of the JetStream API that names no stream or consumer.
+	sub, err := nc.Subscribe("$JS.busy.API.>", func(msg *nats.Msg) {
+		_ = msg.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":500,"err_code":10023,"description":"insufficient resources"}}`))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	busy, err := jetstream.NewWithAPIPrefix(nc, "$JS.busy.API")
+	require.NoError(t, err)
+
+	err = natsjs.Run(context.Background(), newPool(t, 1), busy, cons, func(context.Context, jetstream.Msg) error {
+		t.Error("a handler ran")
+		return nil
+	})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, jetstream.ErrInvalidOption, "%v", err)
+	assert.Contains(t, err.Error(), "insufficient resources")
+	assert.True(t, strings.HasPrefix(err.Error(), "natsjs: "), err.Error())
+	requireTookNothing(t, cons, 1)
 }

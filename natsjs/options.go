@@ -33,6 +33,30 @@ func WithMaxInFlight(n int) Option {
 	}
 }
 
+// WithMaxBytes bounds what the messages the call of [Run] holds weigh:
+// those queued for a worker or running, and those its pulls may still
+// bring. A message weighs its payload, headers, subject and ack subject,
+// as the server counts it against a pull's max_bytes (nats.Msg.Size). Run
+// asks the server for no more than the bound leaves, so it never holds
+// more, but for one message at a time that is larger than the bound on
+// its own, which it takes alone. So with messages of n/k bytes or more,
+// fewer than k handlers run at once. 0 uses the default, [DefaultMaxBytes];
+// a negative n sets no byte bound.
+func WithMaxBytes(n int) Option {
+	return func(c *config) {
+		c.maxBytes = n
+		if n == 0 {
+			c.maxBytes = DefaultMaxBytes
+		}
+	}
+}
+
+// DefaultMaxBytes is the byte bound of [Run] by default (see
+// [WithMaxBytes]): 64 MiB, librdkafka's bound on a consumer's queue,
+// enough to keep 64 workers on messages of NATS's largest default
+// payload, 1 MiB, busy; jetstream's own Messages iterator has none.
+const DefaultMaxBytes = 64 << 20
+
 // WithBackoff sets how long a message whose handler failed (returned an
 // error, panicked or called runtime.Goexit) stays away before the server
 // delivers it again, as a function of the delivery that failed: 1 for the
@@ -62,6 +86,63 @@ func WithGracePeriod(d time.Duration) Option {
 // enough that a stop, its settling included, fits in the 30 seconds an
 // orchestrator such as Kubernetes gives a process before it kills it.
 const DefaultGracePeriod = 10 * time.Second
+
+// WithHandlerTimeout gives every handler's ctx a deadline, d after the
+// handler starts. A handler that fails once it has passed, for whatever
+// reason, has used an attempt, as any other failure: its message comes
+// back after the backoff, or, on the last attempt, is final. Run waits for
+// a handler that does not return at its deadline, and keeps its message
+// meanwhile (an answer after the deadline counts: nil acks the message).
+// A failure once the stop has cancelled the handler's ctx, before the
+// deadline passed, is the stop's, and no attempt (see [Run]). 0, the
+// default, sets no deadline; d must not be negative.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithHandlerTimeout(%v): the timeout must not be negative", d)
+			return
+		}
+		c.handlerTimeout = d
+	}
+}
+
+// WithKey keeps the order of each key's messages within the call of
+// [Run]: key maps a message to its key (a customer, an account, a
+// subject), and Run submits each message to the pool as a task of that
+// key ([workerpool.Pool.SubmitKey], or the sub-pool's), in the order the
+// server delivered them. The pool runs a key's tasks one at a time, in
+// that order, beside the tasks of other keys and its other work: a flood
+// of one key holds up no other. The keys are the pool's, or the
+// sub-pool's: a task submitted there elsewhere with the same key waits
+// for Run's of that key, and they for it.
+//
+// The order is the order of deliveries to this process. A message that
+// fails comes back after its backoff, behind the messages of its key
+// delivered meanwhile, and runs, as any redelivered message, once the
+// key's earlier tasks are done. Across processes there is no order:
+// another process may run a message of the same key at the same time.
+// Run waits for a key's running task at a stop, but hands back at once
+// its messages that did not start, which another process may then run
+// first.
+//
+// With a key, Run holds what the pool's workers would run within the
+// horizon, as if each ran one of its runners (see [Run]), and a message
+// waits in the pool's queue for its key or a worker: a pool busy with
+// other work holds them there, where without a key Run would not take
+// them. A message is one task of the pool: [workerpool.Status] counts
+// messages, not runners. With a bounded queue that blocks, Run waits for
+// room, and a stop for that wait. A panic in key fails the message as a
+// panic of its handler would, and is not passed to the pool. key must not
+// be nil.
+func WithKey(key func(msg jetstream.Msg) string) Option {
+	return func(c *config) {
+		if key == nil {
+			c.invalid("WithKey(nil): the key function is nil")
+			return
+		}
+		c.key = key
+	}
+}
 
 // WithProgressInterval sets how often [Run] tells the server that each
 // message it holds, waiting for a worker or running, is still in progress,
@@ -93,11 +174,23 @@ func WithProgressInterval(d time.Duration) Option {
 // one message, so that a stream with a duplicate window keeps one copy
 // when Run publishes it again after a publication whose answer was lost.
 //
-// A stream must capture subject: if the copy cannot be published within
-// the settle timeout (5s, retrying), Run does not terminate the message,
-// which then stays in its stream (on its last delivery, the server
-// delivers it no more) rather than be lost, and Run tells the
-// [WithErrorHandler] function.
+// Run publishes the copy without the worker whose handler failed, which
+// goes on to the next message, and keeps the message, with its progress
+// messages, until the copy is published, trying for the dead-letter
+// timeout (see [WithDeadLetterTimeout]). A stream must capture subject: if
+// the copy cannot be published, Run tells the [WithErrorHandler] function,
+// and, rather than lose the message or run its handler again: in a
+// work-queue stream, it publishes a copy of the message to its own subject
+// with the header Natsjs-Final-Error (the cause) and Natsjs-Attempts, and
+// terminates the message; a Run that gets such a copy does not run its
+// handler but tries the dead letter again, and, failing, Naks it with the
+// backoff (on the copy's last delivery, copies it again); without a
+// dead-letter subject, it terminates it. So the message reaches the
+// dead-letter subject once a stream captures it. In another stream, where
+// a copy would reach every consumer, Run leaves the message: the server
+// delivers it again after AckWait, but after its last delivery. A dead
+// letter has neither header, so that publishing it again to its original
+// subject makes a job like any other.
 //
 // js must not be nil, and subject must be one a message can be published
 // to: not empty, without a wildcard or white space. The js of Run's
@@ -115,6 +208,27 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 		}
 	}
 }
+
+// WithDeadLetterTimeout sets how long [Run] tries to publish a dead letter
+// (see [WithDeadLetter]) before it gives up on it. The worker whose
+// handler failed does not wait for it: it goes on to the next message,
+// while Run keeps the failed one, with its progress messages, until the
+// dead letter is published or given up on. 0 uses the default,
+// [DefaultDeadLetterTimeout]; d must not be negative.
+func WithDeadLetterTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithDeadLetterTimeout(%v): the timeout must not be negative", d)
+			return
+		}
+		c.deadLetterTimeout = d
+	}
+}
+
+// DefaultDeadLetterTimeout is how long, by default, [Run] tries to publish
+// a dead letter: long enough for a JetStream that answers, short enough
+// that a dead-letter subject no stream captures is said at once.
+const DefaultDeadLetterTimeout = 2 * time.Second
 
 // WithErrorHandler sets a function that [Run] tells of what goes wrong
 // without ending it: each handler failure, as a [*HandlerError] (after
@@ -147,15 +261,19 @@ func DefaultBackoff(delivery uint64) time.Duration {
 // config is one Run call's configuration after options were applied.
 type config struct {
 	maxInFlight       int // 0: no bound but the pool's size + maxAhead
+	maxBytes          int // below 0: none
 	backoff           func(uint64) time.Duration
 	grace             time.Duration
 	progress          time.Duration // 0: a third of the shortest redelivery delay
 	deadLetterJS      jetstream.JetStream
 	deadLetterSubject string
 	onError           func(error)
-	settleTimeout     time.Duration // set by tests only; 0: settleTimeout
-	minAhead          int           // set by tests only: see flow.minAhead
-	err               error         // the first invalid option
+	deadLetterTimeout time.Duration              // 0: DefaultDeadLetterTimeout
+	handlerTimeout    time.Duration              // 0: none
+	key               func(jetstream.Msg) string // nil: no key order
+	settleTimeout     time.Duration              // set by tests only; 0: settleTimeout
+	minAhead          int                        // set by tests only: see flow.minAhead
+	err               error                      // the first invalid option
 }
 
 // invalid records an invalid option, unless one was recorded already.
@@ -167,7 +285,7 @@ func (c *config) invalid(format string, args ...any) {
 
 // newConfig applies opts; the config's err says whether one was invalid.
 func newConfig(opts []Option) config {
-	c := config{grace: DefaultGracePeriod}
+	c := config{grace: DefaultGracePeriod, maxBytes: DefaultMaxBytes}
 	for i, opt := range opts {
 		if opt == nil {
 			c.invalid("option %d is nil", i)
@@ -177,6 +295,9 @@ func newConfig(opts []Option) config {
 	}
 	if c.settleTimeout <= 0 {
 		c.settleTimeout = settleTimeout
+	}
+	if c.deadLetterTimeout == 0 {
+		c.deadLetterTimeout = DefaultDeadLetterTimeout
 	}
 	return c
 }

@@ -40,12 +40,16 @@ func (r *run) subscribe(info *jetstream.ConsumerInfo) error {
 	return nil
 }
 
-// pullBody appends the JSON of a pull of n messages to buf.
-func (r *run) pullBody(buf []byte, n int) []byte {
+// pullBody appends the JSON of pull p to buf.
+func (r *run) pullBody(buf []byte, p pull) []byte {
 	buf = append(buf, `{"batch":`...)
-	buf = strconv.AppendInt(buf, int64(n), 10)
+	buf = strconv.AppendInt(buf, int64(p.n), 10)
 	buf = append(buf, `,"expires":`...)
 	buf = strconv.AppendInt(buf, r.pullExpires.Nanoseconds(), 10)
+	if p.maxBytes > 0 {
+		buf = append(buf, `,"max_bytes":`...)
+		buf = strconv.AppendInt(buf, int64(p.maxBytes), 10)
+	}
 	return append(buf, '}')
 }
 
@@ -55,18 +59,18 @@ func (r *run) pullReply(id uint64) string { return r.inbox + "p" + strconv.Forma
 // probeReply returns the reply subject of probe id.
 func (r *run) probeReply(id uint64) string { return r.inbox + "c" + strconv.FormatUint(id, 10) }
 
-// sendPull sends plain pull id of n messages.
-func (r *run) sendPull(id uint64, n int) {
-	if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(id), r.pullBody(nil, n)); err != nil {
-		r.flow.ended(id, -1)
+// sendPull sends plain pull p.
+func (r *run) sendPull(p pull) {
+	if err := r.nc.PublishRequest(r.nextSubject, r.pullReply(p.id), r.pullBody(nil, p)); err != nil {
+		r.flow.ended(p.id, -1)
 		r.pullFailed(fmt.Errorf("sending a pull: %w", err))
 	}
 }
 
-// sendCarry sends m's ack carrying pull id of n messages.
-func (r *run) sendCarry(m *message, id uint64, n int) error {
-	body := r.pullBody(append(make([]byte, 0, 48), "+NXT "...), n)
-	return r.nc.PublishRequest(m.msg.Reply, r.pullReply(id), body)
+// sendCarry sends m's ack carrying pull p.
+func (r *run) sendCarry(m *message, p pull) error {
+	body := r.pullBody(append(make([]byte, 0, 64), "+NXT "...), p)
+	return r.nc.PublishRequest(m.msg.Reply, r.pullReply(p.id), body)
 }
 
 // probe sends probe id: m's ack again, with a reply, which the server
@@ -106,10 +110,13 @@ func (r *run) pullLoop() {
 			}
 		}
 		r.submitRunners(r.flow.dueRunners())
-		id, n, probe := r.flow.takeForPull(time.Now().Add(r.pullDeadline))
+		if r.cfg.key != nil {
+			r.submitKeyed()
+		}
+		p, probe := r.flow.takeForPull(time.Now().Add(r.pullDeadline))
 		switch {
-		case n > 0:
-			r.sendPull(id, n)
+		case p.n > 0:
+			r.sendPull(p)
 			continue
 		case probe:
 			r.probeAcked()
@@ -152,7 +159,7 @@ func (r *run) deliver(msg *nats.Msg) {
 	if r.pause.Load() != 0 {
 		r.pause.Store(0)
 	}
-	m := &message{msg: msg, nc: r.nc}
+	m := &message{msg: msg, nc: r.nc, size: msg.Size()}
 	taken, runners := r.flow.delivered(m)
 	if !taken {
 		// No slot for it (a pull given up on delivered late, every slot
@@ -165,12 +172,8 @@ func (r *run) deliver(msg *nats.Msg) {
 
 // pullStatus takes charge of a status the server sent to pull id.
 func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
-	pending := -1 // all of the pull's messages, unless the status says
-	if v := hdr.Get("Nats-Pending-Messages"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			pending = n
-		}
-	}
+	// All of the pull's messages and bytes, unless the status says.
+	pending, pendingBytes := headerInt(hdr, "Nats-Pending-Messages"), headerInt(hdr, "Nats-Pending-Bytes")
 	lower := strings.ToLower(desc)
 	switch {
 	case status == "100":
@@ -179,11 +182,19 @@ func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
 		// The pull expired: the usual end of a pull on an idle stream.
 		r.flow.ended(id, pending)
 		return
+	case status == "409" && lower == "batch completed":
+		// A pull with max_bytes got all its messages, with bytes to spare.
+		r.flow.ended(id, pending)
+		return
+	case status == "409" && strings.Contains(lower, "exceeds maxbytes"):
+		// The next message is larger than what the byte bound left.
+		r.flow.tooLarge(id, pending, pendingBytes)
+		return
 	}
 	r.flow.ended(id, pending)
 	switch {
 	case status == "409" && strings.Contains(lower, "consumer deleted"):
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
+		r.lose(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, jetstream.ErrConsumerDeleted))
 	case status == "409" && (strings.HasPrefix(lower, "exceeded maxrequest") || strings.Contains(lower, "push based")),
 		status == "400":
 		// The next pull would be refused alike.
@@ -197,6 +208,16 @@ func (r *run) pullStatus(id uint64, status, desc string, hdr nats.Header) {
 		// worth another pull, after a pause.
 		r.pullFailed(fmt.Errorf("pull: %s %s", status, desc))
 	}
+}
+
+// headerInt returns the value of header key as an int, -1 if it has none.
+func headerInt(hdr nats.Header, key string) int {
+	if v := hdr.Get(key); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return -1
 }
 
 // pullFailed reports a failed pull and pauses the puller: for longer each
@@ -236,15 +257,15 @@ func (r *run) checkConsumer() {
 // consumer or its stream is gone. Its round trip is a sample of the time
 // a pull takes to come back.
 func (r *run) refresh() {
-	ctx, cancel := context.WithTimeout(r.stopCtx, r.cfg.settleTimeout)
+	ctx, cancel := context.WithTimeout(r.checkCtx, r.cfg.settleTimeout)
 	defer cancel()
 	start := time.Now()
 	info, err := r.cons.Info(ctx)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-		r.end(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
+		r.lose(fmt.Errorf("natsjs: Run: consumer %q: %w", r.name, err))
 	case err != nil:
-		if r.stopCtx.Err() == nil {
+		if r.checkCtx.Err() == nil {
 			r.report(fmt.Errorf("natsjs: Run: reading consumer %q: %w", r.name, err))
 		}
 	default:

@@ -150,3 +150,48 @@ func TestADeletedConsumerEndsRunWithAnError(t *testing.T) {
 	assert.True(t, handlerCtxDone.Load())
 	assert.Len(t, started, 0, "the waiting job started after the consumer was deleted")
 }
+
+// A consumer deleted while the stop's grace period runs went unnoticed:
+// the read of the consumer used the stop's ctx, already cancelled, and the
+// handlers kept their ctx for the whole grace period, for work that could
+// no longer be acked.
+func TestAConsumerDeletedDuringTheGracePeriodEndsItAtOnce(t *testing.T) {
+	t.Parallel()
+	const grace = 30 * time.Second
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishJobs(t, js, 1)
+
+	started := make(chan struct{})
+	lostCtx := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		ran <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(hctx context.Context, msg jetstream.Msg) error {
+			close(started)
+			<-hctx.Done()
+			close(lostCtx)
+			return hctx.Err()
+		}, natsjs.WithGracePeriod(grace))
+	}()
+	recv(t, started, "the handler")
+	cancel() // the grace period begins
+	// No pull is left waiting, whose end (409 Consumer Deleted) would say
+	// it: only reading the consumer can tell.
+	eventually(t, func() bool { return consumerInfo(t, cons).NumWaiting == 0 }, "the stop left pulls waiting")
+	require.NoError(t, js.DeleteConsumer(context.Background(), "JOBS", "workers"))
+	deleted := time.Now()
+	select {
+	case <-lostCtx:
+		// Read every second: generous for a loaded machine, far below
+		// the grace period.
+		assert.Less(t, time.Since(deleted), 10*time.Second)
+	case <-time.After(grace):
+		t.Fatal("the handler kept its ctx for the grace period after its consumer was deleted")
+	}
+	err := recv(t, ran, "Run")
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted), "%v", err)
+}

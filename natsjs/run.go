@@ -65,6 +65,7 @@ type run struct {
 	hctx     context.Context
 	hcancel  context.CancelFunc
 	stopping atomic.Bool // the stop has begun: settlings ask to be confirmed
+	gone     atomic.Bool // the consumer or its stream is gone (see lose)
 
 	// lastAcked is a message the run acked: a probe acks it again.
 	lastAcked atomic.Pointer[message]
@@ -81,13 +82,18 @@ type run struct {
 	errMu sync.Mutex // one call of the error handler at a time
 
 	// bg counts the consumer checks under way; once bgClosed, none starts.
-	// Guarded by bgMu.
-	bgMu     sync.Mutex
-	bg       sync.WaitGroup
-	bgClosed bool
+	// Guarded by bgMu. checkCtx bounds them: it is cancelled once the run
+	// is over, not at the stop, during which a deleted consumer must
+	// still be noticed.
+	checkCtx  context.Context
+	endChecks context.CancelFunc
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+	bgClosed  bool
 
-	// backs counts the hand-backs under way, in goroutines of their own;
-	// once backsClosed, a hand-back runs in its caller. Guarded by backsMu.
+	// backs counts the hand-backs and dead letters under way, in
+	// goroutines of their own; once backsClosed, one runs in its caller.
+	// Guarded by backsMu.
 	backsMu     sync.Mutex
 	backs       sync.WaitGroup
 	backsClosed bool
@@ -146,6 +152,7 @@ func (r *run) run() error {
 	r.bgMu.Lock()
 	r.bgClosed = true
 	r.bgMu.Unlock()
+	r.endChecks()
 	r.bg.Wait()
 	r.stopAll()
 	r.hcancel()
@@ -181,9 +188,10 @@ func (r *run) stop() {
 	for _, m := range r.flow.handBack() {
 		r.giveBackAsync(m)
 	}
-	r.waitFlow(func(c flowCounts) bool { return c.active == 0 })
-	// Every handler returned and its message was settled, confirmed:
-	// confirm the plain acks sent before the stop.
+	// Every handler returned, and every message they ran was settled
+	// (acked, handed back, or its dead letter published or given up on),
+	// confirmed: confirm the plain acks sent before the stop.
+	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 })
 	r.probeAcked()
 	r.waitFlow(func(c flowCounts) bool { return c.probing == 0 })
 
@@ -196,7 +204,8 @@ func (r *run) stop() {
 
 // beginStop stops the flow: no pull is sent, no runner takes a message,
 // and what runners settle from now on asks to be confirmed. It runs as
-// soon as stopCtx is done, and again as a runner or the stop sees it done.
+// soon as stopCtx is done, first thing when the run ends for another
+// reason (see end), and again as a runner or the stop sees it done.
 func (r *run) beginStop() {
 	if r.stopping.CompareAndSwap(false, true) {
 		r.flow.stop()
@@ -216,17 +225,24 @@ func (r *run) waitFlow(done func(flowCounts) bool) {
 // probes.
 func (r *run) giveBackAsync(m *message) {
 	m.close()
+	r.async(func() { r.giveBack(m) })
+}
+
+// async runs f, a settling that may wait for the server, in a goroutine
+// of its own, which the end of the stop waits for; in the caller once the
+// stop is past the point where it waits.
+func (r *run) async(f func()) {
 	r.backsMu.Lock()
 	if r.backsClosed {
 		r.backsMu.Unlock()
-		r.giveBack(m)
+		f()
 		return
 	}
 	r.backs.Add(1)
 	r.backsMu.Unlock()
 	go func() {
 		defer r.backs.Done()
-		r.giveBack(m)
+		f()
 	}()
 }
 
@@ -237,14 +253,36 @@ func (r *run) handBackLate(m *message) { r.giveBackAsync(m) }
 // end stops the run because of err, unless Run's ctx or an earlier call
 // ended it already. The handlers' ctx is cancelled at once: without the
 // pool, the consumer or the connection, what they do cannot be settled.
+// In that order: no runner takes a message any more, then the handlers
+// lose their ctx, then the stop begins. So a handler that returns because
+// it lost its ctx is not followed by another, and no message the stop
+// hands back reaches another process while a handler here still has its
+// ctx.
 func (r *run) end(err error) {
 	r.mu.Lock()
 	if r.err == nil && r.parent.Err() == nil {
 		r.err = err
 	}
 	r.mu.Unlock()
-	r.stopAll()
+	r.beginStop()
 	r.hcancel()
+	r.stopAll()
+}
+
+// lose ends the run because its consumer or its stream is gone, as end
+// does, and also during a stop caused by ctx: the grace period ends at
+// once, since what the handlers do can no longer be settled, and Run
+// returns err rather than nil.
+func (r *run) lose(err error) {
+	r.gone.Store(true)
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+	r.beginStop()
+	r.hcancel()
+	r.stopAll()
 }
 
 // report tells the error handler of err. A panic in the error handler is

@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"context"
 	"errors"
 	"runtime/debug"
 	"time"
@@ -118,8 +119,16 @@ func (r *run) next(rn *runner, yield bool) *message {
 // A handler that panics has m settled, then its panic goes on to the pool,
 // which counts it and passes it to its panic handler; one that calls
 // runtime.Goexit has m settled, then its goroutine ends.
+//
+// A copy whose handler failed for good before (see final.go) is settled
+// without running the handler.
 func (r *run) handle(m *message) time.Time {
+	if cause, ok := m.finalError(); ok {
+		r.finishCopy(m, cause)
+		return time.Now()
+	}
 	start := time.Now()
+	ctx, cancel := r.handlerContext()
 	returned := false
 	defer func() {
 		if returned {
@@ -130,15 +139,92 @@ func (r *run) handle(m *message) time.Time {
 		if v != nil {
 			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
 		}
-		r.settle(m, err)
+		r.settle(m, err, r.stoppedBy(ctx))
+		if cancel != nil {
+			cancel()
+		}
 		if v != nil {
 			panic(v)
 		}
 	}()
-	err := r.h(r.hctx, m)
+	err := r.h(ctx, m)
 	returned = true
-	r.settle(m, err)
+	r.settle(m, err, r.stoppedBy(ctx))
+	if cancel != nil {
+		cancel()
+	}
 	end := time.Now()
 	r.flow.sample(end.Sub(start))
 	return end
+}
+
+// handlerContext returns the ctx of a handler about to start: the
+// handlers' ctx, with a deadline if WithHandlerTimeout set one, and then a
+// cancel to call once the handler returned (else nil).
+func (r *run) handlerContext() (context.Context, context.CancelFunc) {
+	if d := r.cfg.handlerTimeout; d > 0 {
+		return context.WithTimeout(r.hctx, d)
+	}
+	return r.hctx, nil
+}
+
+// stoppedBy reports whether ctx, a handler's, was cancelled by the stop,
+// rather than by its deadline, which then came first: a ctx derived from
+// the handlers' says DeadlineExceeded for ever once its deadline passed.
+func (r *run) stoppedBy(ctx context.Context) bool {
+	return r.hctx.Err() != nil && ctx.Err() != context.DeadlineExceeded
+}
+
+// With key order (WithKey), a message is a task of its own, of its key:
+// the puller submits the messages in the order they came.
+
+// submitKeyed submits the messages that wait to be, as tasks of their
+// keys, until none is left or the pool refuses one: that one is again
+// the first to be submitted, at the watcher's next poll.
+func (r *run) submitKeyed() {
+	for {
+		m := r.flow.nextToSubmit()
+		if m == nil {
+			return
+		}
+		key, err := r.keyOf(m)
+		if !r.flow.submitting(m, key) {
+			return // the stop took it
+		}
+		if err != nil {
+			if r.flow.startKeyed(m) {
+				r.settle(m, err, false)
+			}
+			continue
+		}
+		if err := r.s.SubmitKey(key, func() { r.runKeyed(m) }); err != nil {
+			r.flow.unsubmit(m)
+			if errors.Is(err, workerpool.ErrStopped) {
+				r.end(workerpool.ErrStopped)
+			}
+			return
+		}
+	}
+}
+
+// keyOf returns m's key, or the failure of the key function, which
+// panicked.
+func (r *run) keyOf(m *message) (key string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &workerpool.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return r.cfg.key(m), nil
+}
+
+// runKeyed is the task of m, a message of a key: it runs m, unless the
+// stop took it back, or is under way.
+func (r *run) runKeyed(m *message) {
+	if r.stopCtx.Err() != nil {
+		r.beginStop()
+	}
+	if r.flow.startKeyed(m) {
+		r.handle(m)
+	}
 }

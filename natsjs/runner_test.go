@@ -101,3 +101,42 @@ func TestAHandlerThatCallsGoexitFailsUnderEveryOverflowPolicyAndRunGoesOn(t *tes
 		})
 	}
 }
+
+// WithHandlerTimeout bounds each handler, as river and asynq bound a job:
+// a handler past its deadline has failed an attempt, not been stopped.
+func TestAHandlerPastItsDeadlineHasUsedAnAttempt(t *testing.T) {
+	t.Parallel()
+	const timeout, maxDeliver = 200 * time.Millisecond, 2
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	var ran atomic.Int32
+	var hook hookLog
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ran.Add(1)
+		start := time.Now()
+		deadline, ok := ctx.Deadline()
+		assert.True(t, ok, "the handler's ctx has no deadline")
+		assert.WithinDuration(t, start.Add(timeout), deadline, timeout/2)
+		<-ctx.Done()
+		assert.GreaterOrEqual(t, time.Since(start), timeout/2)
+		return ctx.Err()
+	}, natsjs.WithHandlerTimeout(timeout), natsjs.WithBackoff(func(uint64) time.Duration { return 0 }),
+		natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") },
+		"the job past its deadline on every attempt was not dead-lettered")
+	require.NoError(t, stop())
+	assert.Equal(t, int32(maxDeliver), ran.Load())
+	hes := hook.handlerErrors()
+	require.Len(t, hes, maxDeliver)
+	for i, he := range hes {
+		assert.ErrorIs(t, he, context.DeadlineExceeded)
+		assert.False(t, he.Stopped, "%v", he)
+		assert.Equal(t, uint64(i+1), he.Delivery)
+		assert.Equal(t, i+1 == maxDeliver, he.Final, "%v", he)
+	}
+}

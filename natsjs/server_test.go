@@ -4,8 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,10 +62,62 @@ func startServerAt(t testing.TB, port int, dir string) *server.Server {
 		NoSigs:    true,
 	})
 	require.NoError(t, err)
+	// What the server says of trouble, for a test whose server does not
+	// come up to say why.
+	var log serverLog
+	s.SetLogger(&log, false, false)
 	s.Start()
 	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready")
+	require.True(t, s.ReadyForConnections(10*time.Second), "server not ready: %s", log.String())
 	return s
+}
+
+// A serverLog keeps the warnings and errors of an embedded server.
+type serverLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *serverLog) add(level, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 100 {
+		l.lines = append(l.lines, level+": "+fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *serverLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "; ")
+}
+
+func (l *serverLog) Noticef(string, ...any)         {}
+func (l *serverLog) Debugf(string, ...any)          {}
+func (l *serverLog) Tracef(string, ...any)          {}
+func (l *serverLog) Warnf(format string, v ...any)  { l.add("warning", format, v...) }
+func (l *serverLog) Errorf(format string, v ...any) { l.add("error", format, v...) }
+func (l *serverLog) Fatalf(format string, v ...any) { l.add("fatal", format, v...) }
+
+// restartablePort returns a free loopback port for a server that a test
+// shuts down and starts again on the same port. A port the system gives
+// out (-1) is an ephemeral one, which, once the server is down, the
+// system may give to any connection of the tests running beside it,
+// where the server could not start again; so it is one below the
+// ephemeral range (32768 and up on Linux), which only a listener asking
+// for it by number takes.
+func restartablePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			require.NoError(t, ln.Close())
+			return port
+		}
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // connect connects to s, reconnecting fast and for ever, and closes the

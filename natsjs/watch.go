@@ -14,8 +14,11 @@ import (
 // probes.
 
 // watch sends progress for every held message each progress interval,
-// reads the consumer again (at most once a second), and polls (see poll)
-// every poolPoll, until exit is closed.
+// reads the consumer again then (at most once a second), and polls (see
+// poll) every poolPoll, until exit is closed. During the stop, it reads
+// the consumer every second: handlers in their grace period should lose
+// their ctx as soon as their consumer is deleted, not a progress interval
+// later.
 func (r *run) watch(exit <-chan struct{}) {
 	every := time.Duration(r.progressEvery.Load())
 	progress := time.NewTicker(every)
@@ -50,6 +53,10 @@ func (r *run) watch(exit <-chan struct{}) {
 			}
 		case <-poll.C:
 			r.poll()
+			if now := time.Now(); r.stopping.Load() && now.Sub(lastRead) >= time.Second {
+				lastRead = now
+				r.checkConsumer()
+			}
 		case <-exit:
 			return
 		}

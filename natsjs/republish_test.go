@@ -1,0 +1,312 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 24's first failure: a stop Nak'd the messages it held on their
+// last delivery, which a work-queue stream then kept for ever, never
+// delivered, never dead-lettered, and the error hook heard nothing.
+func TestAStopNeverStrandsAMessageOnItsLastDelivery(t *testing.T) {
+	t.Parallel()
+	const jobs = 4
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 2)
+	publishJobs(t, js, jobs)
+
+	// A: one worker; every job fails on delivery 1 and comes back a
+	// second later, when all four have failed; on delivery 2, the last,
+	// the handler waits for its ctx.
+	onLast := make(chan struct{}, jobs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ranA := make(chan error, 1)
+	go func() {
+		ranA <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			md, err := msg.Metadata()
+			if err != nil {
+				return err
+			}
+			if md.NumDelivered == 1 {
+				return errors.New("first delivery fails")
+			}
+			onLast <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, natsjs.WithMaxInFlight(jobs), natsjs.WithAhead(jobs-1), natsjs.WithGracePeriod(0),
+			natsjs.WithBackoff(func(uint64) time.Duration { return time.Second }))
+	}()
+	// Every job was delivered twice, and A holds all four: one runs, three
+	// wait for the worker, all on their last delivery.
+	recv(t, onLast, "a handler on its last delivery")
+	if !assert.Eventually(t, func() bool {
+		info := consumerInfo(t, cons)
+		return info.Delivered.Consumer == 2*jobs && info.NumAckPending == jobs
+	}, waitFor, 5*time.Millisecond) {
+		t.Fatalf("A does not hold every job on its last delivery: %+v", consumerInfo(t, cons))
+	}
+	cancel()
+	select {
+	case err := <-ranA:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("A's Run did not return")
+	}
+
+	// A fresh Run gets every job: none was stranded.
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	if !assert.Eventually(t, func() bool { return ta.distinct() == jobs }, soon, 5*time.Millisecond) {
+		info := consumerInfo(t, cons)
+		t.Fatalf("a fresh Run got %d of %d jobs; the stream keeps %d messages, %d ack pending, %d pending",
+			ta.distinct(), jobs, streamMsgs(t, js, "JOBS"), info.NumAckPending, info.NumPending)
+	}
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "messages left in the stream")
+	require.NoError(t, stopB())
+	requireEachOnce(t, ta, jobs)
+}
+
+func TestAStopRacingLastDeliveriesRepublishesWhatItCannotFinish(t *testing.T) {
+	t.Parallel()
+	const jobs = 60
+	s := startServer(t)
+	_, js := connect(t, s)
+	// MaxDeliver 1: every delivery is the last, so every hand-back of
+	// the stop is a re-publication.
+	cons := workQueue(t, js, 30*time.Second, 1)
+	publishJobs(t, js, jobs)
+
+	done := newTally() // jobs whose handler returned nil, in A or B
+	handler := func(ctx context.Context, msg jetstream.Msg) error {
+		select {
+		case <-time.After(5 * time.Millisecond):
+			done.add(msg)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var hook hookLog
+	stopA := consuming(t, newPool(t, 2), js, cons, handler, natsjs.WithAhead(10), natsjs.WithGracePeriod(0), hook.option())
+	eventually(t, func() bool { return done.distinct() >= jobs/4 }, "A handled nothing")
+	require.NoError(t, stopA())
+	finishedA := done.distinct()
+	for _, he := range hook.handlerErrors() {
+		assert.True(t, he.Stopped && !he.Final, "%v", he)
+	}
+
+	// B gets every job A did not finish: the copies of those A held.
+	var copies atomic.Int32
+	stopB := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if msg.Headers().Get("Natsjs-Republished-From") != "" {
+			copies.Add(1)
+			assert.Equal(t, string(msg.Data()), msg.Headers().Get("Natsjs-Original-Msg-Id"))
+		}
+		return handler(ctx, msg)
+	})
+	eventually(t, func() bool { return done.distinct() == jobs }, "jobs lost")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "messages left in the stream")
+	require.NoError(t, stopB())
+	requireEachOnce(t, done, jobs)
+	assert.Positive(t, copies.Load(), "A's stop re-published nothing: the attack missed")
+	t.Logf("A finished %d jobs; B got %d copies", finishedA, copies.Load())
+}
+
+func TestALastDeliveryTheStopCannotHandBackOutsideAWorkQueueIsDeadLetteredOrReported(t *testing.T) {
+	t.Parallel()
+	for _, withDeadLetter := range []bool{true, false} {
+		name := "without a dead-letter subject"
+		if withDeadLetter {
+			name = "with a dead-letter subject"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			// A limits stream: a copy published to the subject would reach
+			// every consumer of the stream.
+			_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+			require.NoError(t, err)
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
+				Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 1,
+			})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), "logs.1", []byte("x"))
+			require.NoError(t, err)
+
+			var hook hookLog
+			opts := []natsjs.Option{natsjs.WithGracePeriod(0), natsjs.WithSettleTimeout(time.Second), hook.option()}
+			if withDeadLetter {
+				opts = append(opts, natsjs.WithDeadLetter(js, "dead.logs"))
+			}
+			started := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() {
+				ran <- natsjs.Run(ctx, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+					close(started)
+					<-ctx.Done()
+					return ctx.Err()
+				}, opts...)
+			}()
+			select {
+			case <-started:
+			case err := <-ran:
+				t.Fatalf("Run returned before its handler started: %v", err)
+			}
+			cancel()
+			err = recv(t, ran, "Run")
+			if withDeadLetter {
+				require.NoError(t, err)
+				assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"))
+				dead, err := js.Stream(context.Background(), "DEAD")
+				require.NoError(t, err)
+				raw, err := dead.GetMsg(context.Background(), 1)
+				require.NoError(t, err)
+				assert.Equal(t, "natsjs: the stop came on its last delivery", raw.Header.Get("Natsjs-Error"))
+				return
+			}
+			require.ErrorIs(t, err, natsjs.ErrNotConfirmed)
+			var me *natsjs.MessageError
+			for _, e := range hook.all() {
+				errors.As(e, &me)
+			}
+			require.NotNil(t, me, "the error handler was not told")
+			assert.Equal(t, "republish", me.Op)
+			assert.Equal(t, uint64(1), me.Sequence)
+		})
+	}
+}
+
+// Issue 31's third failure: with MaxDeliver 2, a delivery that failed only
+// because of the stop, and one that waited, never started, when the stop
+// came, each cost the message a delivery: the next process's first real
+// attempt was the last, and one failure dead-lettered it. A stop costs no
+// attempt: both get their two.
+func TestAStopCostsTheMessagesItHandsBackNoAttempt(t *testing.T) {
+	t.Parallel()
+	const jobs, maxDeliver = 2, 2
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, jobs)
+
+	// A: one worker runs one job until the stop cancels its ctx; the
+	// other job waits for the worker.
+	started := make(chan struct{}, jobs)
+	stopA := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithAhead(jobs-1), natsjs.WithGracePeriod(0))
+	recv(t, started, "A's handler")
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == jobs }, "A does not hold both jobs")
+	require.NoError(t, stopA())
+
+	// B: each job fails once, then succeeds.
+	ta := newTally()
+	var hook hookLog
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if ta.snapshot()[string(msg.Data())] == 1 {
+			return errors.New("first real attempt fails")
+		}
+		return nil
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stopB())
+	assert.Equal(t, map[string]int{"0": 2, "1": 2}, ta.snapshot(), "a job did not get MaxDeliver real attempts")
+	assert.Zero(t, streamMsgs(t, js, "DEAD"), "a job was dead-lettered")
+	for _, he := range hook.handlerErrors() {
+		assert.Equal(t, uint64(1), he.Delivery, "%v", he)
+		assert.False(t, he.Final, "%v", he)
+	}
+	assert.Len(t, hook.handlerErrors(), jobs)
+}
+
+// Every rolling deploy stops Run: a message caught by three stops in a
+// row, running or queued, still gets all its attempts, and a copy's
+// attempts count on from the message's (the attempt a HandlerError says,
+// and the last one, where it is final).
+func TestAMessageCaughtByEveryStopOfARollingDeployKeepsItsAttempts(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 3
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, maxDeliver)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 2)
+
+	// Attempt 1 fails before the deploy begins; the jobs come back 300ms
+	// later, to the processes of the deploy.
+	var hook hookLog
+	failed := make(chan struct{}, 2)
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		failed <- struct{}{}
+		return errors.New("attempt 1 fails")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 300 * time.Millisecond }), hook.option())
+	recv(t, failed, "attempt 1")
+	recv(t, failed, "attempt 1")
+	require.NoError(t, stop())
+
+	// Three processes in a row each take both jobs, one running, one
+	// queued, and are stopped: the running handler fails because of it.
+	for deploy := range 3 {
+		started := make(chan struct{}, 2)
+		stopN := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, natsjs.WithAhead(1), natsjs.WithGracePeriod(0), hook.option())
+		recv(t, started, "a handler of deploy "+strconv.Itoa(deploy))
+		eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "deploy does not hold both jobs")
+		require.NoError(t, stopN())
+	}
+
+	// The last process: attempts 2 and 3 fail; 3 is the last: final.
+	var attempts atomic.Int32
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		attempts.Add(1)
+		return errors.New("fails again")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 2 && streamEmpty(js, "JOBS") }, "the jobs were not dead-lettered")
+	require.NoError(t, stopB())
+	assert.Equal(t, int32(2*(maxDeliver-1)), attempts.Load(), "the stops cost attempts")
+	var attempted []uint64
+	for _, he := range hook.handlerErrors() {
+		if !he.Stopped {
+			attempted = append(attempted, he.Delivery)
+		}
+		if he.Final {
+			assert.Equal(t, uint64(maxDeliver), he.Delivery, "%v", he)
+		}
+	}
+	assert.ElementsMatch(t, []uint64{1, 1, 2, 2, 3, 3}, attempted, "the attempts the HandlerErrors said")
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 2; seq++ {
+		raw, err := dead.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		assert.Equal(t, strconv.Itoa(maxDeliver), raw.Header.Get("Natsjs-Deliveries"))
+		assert.Contains(t, []string{"1", "2"}, raw.Header.Get("Natsjs-Republished-From"), "the dead letter does not name the first original")
+	}
+}
