@@ -666,6 +666,45 @@ func TestABusyKeysNextTaskIsNotOvertakenAcrossAPause(t *testing.T) {
 	})
 }
 
+// The bound on waiting tasks, counted by the submitters, not read from
+// Status: on a pool of two workers and a bound of five, tasks that never
+// end until the test lets them take a worker or a place in the queue for
+// good, so at most seven are ever accepted, while pauses, sub-pool resizes
+// and stops, and Calls that give up take hand-offs back and free places.
+// A place freed twice, or a take-back that let a task in without room,
+// would let an eighth in. Then every task accepted runs once.
+func TestTheBoundHoldsCountedByTheSubmitters(t *testing.T) {
+	const workers, bound = 2, 5
+	for round := range rounds(40) {
+		p := workerpool.New(workers, workerpool.WithMaxWaiting(bound), workerpool.WithOverflow(workerpool.Reject))
+		s := p.Subpool("s", 2)
+		gate := make(chan struct{})
+		var accepted, ran atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { rvDisruptor(ctx, p, []rvDisrupt{rvPause, rvResizeSub, rvCall, rvStopOtherSub}, nil) })
+		for g := range 3 {
+			to := []workerpool.Submitter{p, s, p}[g]
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if to.TrySubmit(func() { <-gate; ran.Add(1) }) == nil {
+						accepted.Add(1)
+					}
+					runtime.Gosched()
+				}
+			})
+		}
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+		wg.Wait()
+		n := accepted.Load()
+		close(gate)
+		p.StopWait()
+		require.LessOrEqual(t, n, int64(workers+bound), "round %d: tasks that never ended were accepted beyond the workers and the bound", round)
+		require.Equal(t, n, ran.Load(), "round %d: every task accepted ran once", round)
+	}
+}
+
 // The bound on waiting tasks holds in every snapshot while take-backs run.
 
 func TestTheBoundOnWaitingTasksHoldsUnderTakeBacks(t *testing.T) {
