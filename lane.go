@@ -38,8 +38,11 @@ func (e *entry) mustReport() bool { return e.line != nil || e.lane.owner != nil 
 type lane struct {
 	// owner is what the lane is the queue of, for the loop: the sub-pool,
 	// or nil for the pool's own lane. Set when the lane is made, it never
-	// changes; the scheduler looks only at whether it is nil.
+	// changes; the scheduler looks only at whether it is nil. It has a
+	// cache line of its own: workers read it for every task they run, and
+	// the loop writes the counts below for every task it hands out.
 	owner any
+	_     [cacheLine - 16]byte
 	// limit is the most tasks of the lane that may run at once; 0 means
 	// no limit of its own (the pool's lane). running counts the lane's
 	// tasks handed to a worker (or on their way to one) and not yet ended.
