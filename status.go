@@ -164,6 +164,11 @@ func raise(peak *atomic.Int64, n int64) int64 {
 	}
 }
 
+// cacheLine is the size of a cache line on the machines Go mostly runs on:
+// fields written by different goroutines, each on a line of its own, do
+// not slow each other down.
+const cacheLine = 64
+
 // stats holds what Status reports. The dispatcher is the only writer of
 // the fields up to reg, which it publishes with Store so that Status never
 // waits for it, but for workers, which the dispatcher counts in and workers

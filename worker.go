@@ -66,9 +66,6 @@ type worker struct {
 	_ [cacheLine - 64]byte
 }
 
-// cacheLine is the size of a cache line on the machines Go mostly runs on.
-const cacheLine = 64
-
 // The marks of a worker that has left: it received a quit, or it retired
 // after its task because the maximum fell, or the pool closed.
 const (
