@@ -15,27 +15,37 @@ import (
 // goes and which goes next; and it acts: it hands tasks to workers, starts
 // workers, takes hand-offs back, and answers requests.
 //
-// Between the loop and the workers there are these words, each with one
-// meaning:
-//   - a hand-off: a task sent on Pool.work, in a slot of a ring, with the
+// Between the loop and the workers there are these ten words, each with
+// one meaning:
+//  1. a hand-off: a task sent on Pool.work, in a slot of a ring, with the
 //     send's number; a worker claims it, or the loop revokes it
-//     (handoff.go). A quit is a hand-off with no slot: the worker exits.
-//   - the buffer: Pool.work's capacity, where hand-offs wait for the next
+//     (handoff.go).
+//  2. a quit: a hand-off with no slot, which the loop has counted out: the
+//     worker exits. A stop, the reaping clock and a Resize that lowers the
+//     maximum (to parked workers) send quits.
+//  3. a retirement: a hand-off with no slot that a worker counts itself
+//     out for, if the maximum has not risen again: Resize sends them when
+//     it lowers the maximum, ahead of any task.
+//  4. the buffer: Pool.work's capacity, where hand-offs wait for the next
 //     worker to come free. The loop fills it in turn order; when it is
 //     full, the loop offers the next hand-off to it in its select.
-//   - a recall: revoking pending hand-offs and putting their tasks back,
+//  5. a recall: revoking pending hand-offs and putting their tasks back,
 //     in order, to be handed out again: for a pause, a resize, a new
-//     queue's turn, a queue's place freed by a task's end, a stop.
-//   - a free worker: one that has finished its task and is not in the
+//     queue's turn, a queue's place freed by a task's end, a stopper.
+//  6. a free worker: one that has finished its task and is not in the
 //     panic handler or the task observer. A direct hand-off goes only to a
 //     free worker: the tasks of a queue whose busy key holds a task back,
 //     and every task while a Shutdown deadline is watched.
-//   - a report: a worker tells the loop that a sub-pool's or a keyed task
-//     ended, so that its place and its key are free again (task.go).
-//   - listening: the loop waits for the workers; they signal it (on
+//  7. a report: a worker tells the loop that a sub-pool's or a keyed task
+//     ended, or that it skipped a task given up, so that its place and its
+//     key are free again (task.go).
+//  8. listening: the loop waits for the workers; they signal it (on
 //     Pool.wake) when they claim a hand-off or end a task.
-//   - the record of a worker: the tasks it finished, whether it is busy,
+//  9. the record of a worker: the tasks it finished, whether it is busy,
 //     and when it went idle, which the reaping clock reads (reap.go).
+//  10. a stopper: a worker whose task or panic handler called Stop,
+//     StopWait or Shutdown. It no longer counts against the maximum, and
+//     the loop does not wait for it to exit.
 //
 // The common case has a path of its own: while nothing waits in the
 // scheduler and no request is under way, the loop is quiet: it does a
@@ -81,7 +91,7 @@ type dispatcher struct {
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[*request]
 
-	draining  bool              // Stop, StopWait or Shutdown was called: accept nothing more
+	closed    bool              // Stop, StopWait or Shutdown was called: accept nothing more (as Pool.closed)
 	dropping  bool              // Stop or a passed deadline dropped the queue: drop what comes
 	down      bool              // the loop has ended and Pool.work is closed
 	deadlines []<-chan struct{} // the Shutdown contexts' Done channels
@@ -136,7 +146,7 @@ func (d *dispatcher) wait() {
 	switch {
 	case d.receiving():
 		tasks = p.tasks
-	case !d.draining:
+	case !d.closed:
 		control, reject = p.control, p.reject
 	default:
 		control = p.control
@@ -205,7 +215,7 @@ func (d *dispatcher) settle() bool {
 	did := d.collect()
 	did = d.checkDeadline() || did
 	did = d.checkPauseAck() || did
-	did = d.settleStops() || did
+	did = d.answerStops() || did
 	did = d.sendRetirements() || did
 	return d.fill() || did
 }
@@ -215,7 +225,7 @@ func (d *dispatcher) settle() bool {
 // sub-pool's place: a key costs memory only while its tasks wait or run),
 // and nothing else is under way but tasks.
 func (d *dispatcher) calm() bool {
-	return d.sched.waiting == 0 && d.sched.reported == 0 && !d.draining && !d.paused && d.pauseAck == nil &&
+	return d.sched.waiting == 0 && d.sched.reported == 0 && !d.closed && !d.paused && d.pauseAck == nil &&
 		len(d.stops) == 0 && d.owedRetires == 0 && d.room()
 }
 
@@ -225,7 +235,7 @@ func (d *dispatcher) calm() bool {
 // queue, or to finish). A full buffer needs no signal: the loop offers it
 // the next hand-off.
 func (d *dispatcher) waitsForWorkers() bool {
-	if d.pauseAck != nil || len(d.stops) > 0 || d.draining || d.owedRetires > 0 || d.sched.reported > 0 {
+	if d.pauseAck != nil || len(d.stops) > 0 || d.closed || d.owedRetires > 0 || d.sched.reported > 0 {
 		return true
 	}
 	if d.paused || d.sched.waiting == 0 {
@@ -250,14 +260,14 @@ func (d *dispatcher) listen(on bool) bool {
 // waits, every hand-off is claimed or revoked, and no submitter is on its
 // way (none that passed its check of Pool.closed is still to hand over).
 func (d *dispatcher) finished() bool {
-	return d.draining && d.sched.waiting == 0 && d.out.settled() && d.p.onWay.empty()
+	return d.closed && d.sched.waiting == 0 && d.out.resolved() && d.p.onWay.empty()
 }
 
 // receiving reports whether the loop receives on p.tasks: while the queue
-// has room, and once draining only from the submitters that passed their
+// has room, and once closed only from the submitters that passed their
 // check of p.closed before it was set.
 func (d *dispatcher) receiving() bool {
-	return d.room() && (!d.draining || d.cfg().maxWaiting == 0)
+	return d.room() && (!d.closed || d.cfg().maxWaiting == 0)
 }
 
 // receive takes m, a submission or a request, then whatever else is

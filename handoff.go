@@ -102,10 +102,10 @@ type handOffs struct {
 	// sent, its slot is the worker's to read and clear.
 	ready     handOff
 	readyLane *lane
-	// lane is the lane of the last send, and run the number of the first
-	// of the sends of that lane in a row that ends with it.
-	lane *lane
-	run  uint64
+	// lane is the lane of the last send, and laneFrom the number of the
+	// first of the sends of that lane in a row that ends with it.
+	lane     *lane
+	laneFrom uint64
 }
 
 // A send is the dispatcher's record of the last hand-off in a slot: its
@@ -189,7 +189,7 @@ func (o *handOffs) commit() {
 	h, l := o.ready, o.readyLane
 	o.ready, o.readyLane = handOff{}, nil
 	if o.lane != l {
-		o.lane, o.run = l, h.n
+		o.lane, o.laneFrom = l, h.n
 	}
 	o.last = h.n
 }
@@ -217,11 +217,11 @@ func (o *handOffs) at(n uint64) (*slot, *send, bool) {
 // allOf reports whether every hand-off that may still be taken back is of
 // lane l.
 func (o *handOffs) allOf(l *lane) bool {
-	if o.reached == o.last || o.lane == l && o.run <= o.reached+1 {
+	if o.reached == o.last || o.lane == l && o.laneFrom <= o.reached+1 {
 		return true
 	}
 	o.pending() // moves reached past those resolved
-	return o.reached == o.last || o.lane == l && o.run <= o.reached+1
+	return o.reached == o.last || o.lane == l && o.laneFrom <= o.reached+1
 }
 
 // pendingFrom calls visit on the hand-offs that may be pending, sent after
@@ -332,8 +332,8 @@ func (o *handOffs) first(which func(*send) bool) uint64 {
 	return first
 }
 
-// settled reports whether every hand-off sent is claimed or revoked.
-func (o *handOffs) settled() bool { return o.pending() == 0 }
+// resolved reports whether every hand-off sent is claimed or revoked.
+func (o *handOffs) resolved() bool { return o.pending() == 0 }
 
 // The loop's side: handing tasks out, offering the next to a full buffer,
 // recalling, quits.

@@ -108,11 +108,11 @@ func (d *dispatcher) resize(n int) {
 	d.fill()
 }
 
-// pause starts a pause, or queues it behind the current one. Once draining,
+// pause starts a pause, or queues it behind the current one. Once closed,
 // a pause request is answered at once: Stop and StopWait end pauses.
 func (d *dispatcher) pause(r *request) {
 	switch {
-	case d.draining || r.ctx.Err() != nil:
+	case d.closed || r.ctx.Err() != nil:
 		close(r.done)
 	case d.paused:
 		d.pauses.PushBack(r)
@@ -159,10 +159,10 @@ func (d *dispatcher) endPause() {
 // drain stops accepting tasks and ends every pause, so that what is queued
 // runs. The loop ends once the queue is empty.
 func (d *dispatcher) drain() {
-	if d.draining {
+	if d.closed {
 		return
 	}
-	d.draining = true
+	d.closed = true
 	for d.paused {
 		d.endPause() // queued pauses are answered at once now
 	}
@@ -277,14 +277,14 @@ func (d *dispatcher) stopLane(r *request) {
 	sub.stats.state.Store(int32(Stopping))
 	d.stops = append(d.stops, r)
 	d.collect()
-	d.settleStops()
+	d.answerStops()
 }
 
-// settleStops answers the sub-pools' Stop and StopWait requests whose
+// answerStops answers the sub-pools' Stop and StopWait requests whose
 // sub-pools have no task waiting or out, and reports whether it answered
 // any. A sub-pool answered leaves the pool's hands: nothing of the pool
 // refers to it any more.
-func (d *dispatcher) settleStops() bool {
+func (d *dispatcher) answerStops() bool {
 	n := len(d.stops)
 	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
 		if !d.sched.idle(r.sub.lane) {
@@ -362,7 +362,7 @@ func (d *dispatcher) windDown() {
 	close(p.work) // the workers exit once their tasks end
 	for {
 		d.collect()
-		d.settleStops()
+		d.answerStops()
 		if p.live.Load() <= int64(d.stoppers) {
 			break // all have exited, but the stoppers, and the clock
 		}
@@ -374,7 +374,7 @@ func (d *dispatcher) windDown() {
 		}
 	}
 	d.collect()
-	d.settleStops()
+	d.answerStops()
 	slices.SortFunc(d.dropped, bySeq)
 	for _, e := range d.dropped {
 		if e.fn != nil {
