@@ -304,7 +304,9 @@ func (d *dispatcher) accept(m message) {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits.
 		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
-		noteSpot(e)
+		if e.w != nil {
+			noteSpot(e) // a Call's or a Group's: its submitter may give up
+		}
 		if d.out.allOf(e.lane) && d.handOut(e, d.sched.nextTurn()) {
 			d.sched.start(e)
 			if d.cfg().maxWaiting > 0 && !d.room() {
@@ -323,7 +325,9 @@ func (d *dispatcher) accept(m message) {
 	}
 	d.collect() // ends that free the task's place or key
 	e := d.sched.admit(m.task, l, m.key, m.keyed, d.acceptedNow())
-	noteSpot(e)
+	if e.w != nil {
+		noteSpot(e)
+	}
 	if !d.dropping && !d.paused && d.sched.startsNow(e) && d.out.allOf(e.lane) && d.mayBuffer(e.lane) && d.handOut(e, d.sched.nextTurn()) {
 		d.sched.start(e)
 		d.publishLane(e.lane)

@@ -102,6 +102,11 @@ func run(cfg config, command string) error {
 	t := summarize(cfg, runs)
 	md := report(env, t, relLink(cfg.out, cfg.svg))
 	fmt.Print(md)
+	// What paired runs found, written by hand, follows the run's report:
+	// go run . keeps it.
+	if pairs, err := os.ReadFile(pairsFile); err == nil {
+		md += "\n" + string(pairs)
+	}
 	if err := writeFile(cfg.out, md); err != nil {
 		return err
 	}
@@ -114,6 +119,10 @@ func run(cfg config, command string) error {
 	}
 	return nil
 }
+
+// pairsFile holds the paired runs of one revision against another, which
+// RESULTS.md quotes after the peer comparison.
+const pairsFile = "PAIRS.md"
 
 // writeFile writes data to name, creating its directory if need be.
 func writeFile(name, data string) error {
