@@ -28,9 +28,11 @@ import (
 //     the first turn its tasks took, as if they had never left: all of
 //     them for a pause; those from a sub-pool's first one, for its Resize;
 //     all of them when a task comes to a lane with none waiting while the
-//     buffer holds another lane's; and, when a lane whose tasks all waited
-//     for a busy key may start again, those from the first that took a turn
-//     after the lane's.
+//     buffer holds another lane's. When a lane whose tasks all waited for
+//     a busy key may start again, those from the first that took a turn
+//     after the lane's come back too, once the loop reads the report of
+//     the key's end; the worker that sent it may take some of them first,
+//     and the model stops predicting there.
 //
 // Tasks end only when the model says so: a gated task when the driver
 // releases it, a sleeping one when the fake clock has moved a second past
@@ -235,6 +237,12 @@ func (tm *turnModel) end() {
 		l.keysOut[tk.key] = false
 		if held && l.first() >= 0 {
 			if i := slices.IndexFunc(tm.buf, func(b *fuzzTask) bool { return tm.turnOf[b] > l.turn }); i >= 0 {
+				// The pool takes them back once the loop reads the
+				// worker's report; the worker, free at once, may take
+				// some first (Pool's doc, Order: "those they take in the
+				// moment before the dispatcher sees the change"). How
+				// many, the model cannot tell.
+				tm.stopPredicting("a lane held by a busy key takes its place back as the worker may take buffered tasks")
 				tm.takeBackFrom(i)
 			}
 		}
