@@ -101,8 +101,9 @@ func WithTaskTimings() Option {
 // of it: a SubmitWait or Call returns after f did. Calls for tasks that end
 // at the same time run concurrently. f must be quick and must not block:
 // its worker runs no task until f returns. It must not call the pool's
-// methods that wait (StopWait, SubmitWait, ...), which can deadlock. A nil
-// f sets no observer.
+// methods that wait for tasks (SubmitWait, Call, ...), which can deadlock;
+// Stop, StopWait and Shutdown it may call (see Shutdown in the package
+// doc). A nil f sets no observer.
 func WithTaskObserver(f func(TaskTiming)) Option {
 	return func(c *config) {
 		c.observer = f

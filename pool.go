@@ -57,7 +57,9 @@
 // whose tasks all waited for a busy key, takes its place back. The tasks
 // that workers had taken by then (at most one each, and those they take in
 // the moment before the dispatcher sees the change) start first. With more
-// than one worker, a task may of course start before an earlier one has.
+// than one worker, a task may of course start before an earlier one has:
+// a worker handed a task may wait for a processor while the others run
+// many.
 //
 // # Shutdown
 //
@@ -73,15 +75,22 @@
 // ErrStopped. When they return, every goroutine the pool started has
 // exited, or has at most its return left to do.
 //
-// Called by one of the pool's own workers (in a task, the panic handler,
-// the task observer, or a [Local]'s open or close), Stop, StopWait and
-// Shutdown do the same, but do not wait for that worker, which would wait
-// for itself: they return once every other goroutine the pool started has
-// exited, and the worker exits once it returns to the pool. While it waits,
-// it does not count against the maximum: the pool may start a worker in
-// its place, so that StopWait from the pool's only worker still runs the
-// queue. Telling the pool's workers from other goroutines costs these calls
-// a read of their caller's stack trace, a few microseconds.
+// Called by one of the pool's own workers (in a task, the panic handler or
+// the task observer), Stop, StopWait and Shutdown do the same, but do not
+// wait for that worker, which would wait for itself: they return once
+// every other goroutine the pool started has exited, and the worker exits
+// once it returns to the pool. While it waits, it does not count against
+// the maximum: the pool may start a worker in its place, so that StopWait
+// from the pool's only worker still runs the queue. But a task keeps its
+// sub-pool's place and its key while it waits: StopWait, or Shutdown until
+// its deadline, from a task of a sub-pool at its limit, or from a keyed
+// task, waits for ever if tasks of that sub-pool or key are queued behind
+// it; call Stop there, or stop the pool from another goroutine. From a
+// [Local]'s open or close they are not supported: there the pool may run
+// one task more than the maximum, or a StopWait elsewhere return before
+// the task whose open called it has run. Telling the pool's workers from
+// other goroutines costs these calls a read of their caller's stack trace,
+// a few microseconds.
 //
 // Other calls that wait for the pool can deadlock from inside a task of the
 // same pool: the task waits for the pool, and the pool for the task.
