@@ -31,8 +31,9 @@ import (
 //     buffer holds another lane's. When a lane whose tasks all waited for
 //     a busy key may start again, those from the first that took a turn
 //     after the lane's come back too, once the loop reads the report of
-//     the key's end; the worker that sent it may take some of them first,
-//     and the model stops predicting there.
+//     the key's end. Whenever a key that held back a task ends while
+//     other lanes' tasks wait in the buffer, the worker that ran it may
+//     take some of them first, and the model stops predicting there.
 //
 // Tasks end only when the model says so: a gated task when the driver
 // releases it, a sleeping one when the fake clock has moved a second past
@@ -234,15 +235,20 @@ func (tm *turnModel) end() {
 	if tk.keyed {
 		l := tm.lanes[tk.target]
 		held := len(l.waiting) > 0 && l.first() < 0
+		heldBack := l.holds()
 		l.keysOut[tk.key] = false
+		if heldBack && slices.ContainsFunc(tm.buf, func(b *fuzzTask) bool { return b.target != l.target }) {
+			// The key held back a task of l, which now goes next in l;
+			// other lanes' tasks wait in the buffer. Which starts first,
+			// the model cannot tell: the worker, free once it has
+			// reported the key's end, may take buffered tasks while the
+			// loop, which reads the report, takes them back or hands
+			// the freed task out (Pool's doc, Order: "those they take in
+			// the moment before the dispatcher sees the change").
+			tm.stopPredicting("a busy key's end races the worker's take of buffered tasks")
+		}
 		if held && l.first() >= 0 {
 			if i := slices.IndexFunc(tm.buf, func(b *fuzzTask) bool { return tm.turnOf[b] > l.turn }); i >= 0 {
-				// The pool takes them back once the loop reads the
-				// worker's report; the worker, free at once, may take
-				// some first (Pool's doc, Order: "those they take in the
-				// moment before the dispatcher sees the change"). How
-				// many, the model cannot tell.
-				tm.stopPredicting("a lane held by a busy key takes its place back as the worker may take buffered tasks")
 				tm.takeBackFrom(i)
 			}
 		}

@@ -283,9 +283,14 @@ func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTask
 		bad("after the stop returned: State %v Workers %d Busy %d", s0.State, s0.Workers, s0.Busy)
 	}
 	if len(goroutinesLeft) > 0 {
-		// "or has at most its return left to do": look again shortly.
-		time.Sleep(10 * time.Millisecond)
-		if left := poolGoroutines(before); len(left) > 0 {
+		// "or has at most its return left to do": look again until such
+		// goroutines have had time to run; one that is stuck stays.
+		left := goroutinesLeft
+		for deadline := time.Now().Add(time.Second); len(left) > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			left = poolGoroutines(before)
+		}
+		if len(left) > 0 {
 			bad("%d pool goroutines left after the stop returned, e.g.\n%s", len(left), left[0])
 		}
 	}
@@ -399,15 +404,18 @@ func TestStopRacingGoexitTasks(t *testing.T) {
 				t.Fatalf("[%s %d] the stop did not return in 5s; status %+v", stopModeNames[mode], r, p.Status())
 			}
 			s := p.Status()
-			left := poolGoroutines(before)
-			if len(left) > 0 {
-				time.Sleep(10 * time.Millisecond)
-				left = poolGoroutines(before)
-			}
+			// The submitters go first: spinning on ErrStopped, they can keep
+			// a goroutine that has only its return left from running for
+			// longer than any grace. One that is stuck stays past a second.
 			close(stop)
 			wg.Wait()
+			left := poolGoroutines(before)
+			for deadline := time.Now().Add(time.Second); len(left) > 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+				left = poolGoroutines(before)
+			}
 			if s.State != workerpool.Stopped || s.Workers != 0 || s.Busy != 0 || len(left) > 0 {
-				t.Errorf("[%s %d] after the stop: %v, Workers %d, Busy %d, %d pool goroutines left", stopModeNames[mode], r, s.State, s.Workers, s.Busy, len(left))
+				t.Errorf("[%s %d] after the stop: %v, Workers %d, Busy %d, %d pool goroutines left\n%s", stopModeNames[mode], r, s.State, s.Workers, s.Busy, len(left), strings.Join(left, "\n"))
 			}
 		}
 	}
