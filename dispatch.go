@@ -121,8 +121,11 @@ func (d *dispatcher) run(started chan<- struct{}) {
 		if d.quiet = d.calm(); d.quiet {
 			continue
 		}
-		if d.listen(d.waitsForWorkers()) && d.settle() {
-			continue // a worker did something before it could see listening
+		if d.listen(d.waitsForWorkers()) {
+			// A worker may have done something before it could see
+			// listening, and not told: look at everything again, whether
+			// the loop is finished included.
+			continue
 		}
 		checkLoop(d)
 		d.wait()

@@ -3,6 +3,7 @@ package workerpool_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing/synctest"
@@ -39,7 +40,8 @@ func (m *fuzzModel) settle() {
 		switch {
 		case op.done.Load():
 		case op.free():
-			m.failf("%s is still blocked, though nothing can hold it up", op.desc)
+			buf := make([]byte, 1<<20)
+			m.failf("%s is still blocked, though nothing can hold it up; the goroutines:\n%s", op.desc, buf[:runtime.Stack(buf, true)])
 		default:
 			pending = append(pending, op)
 		}
