@@ -32,8 +32,8 @@ import (
 //  5. a recall: revoking pending hand-offs and putting their tasks back,
 //     in order, to be handed out again: for a pause, a resize, a new
 //     queue's turn, a queue's place freed by a task's end, a stopper.
-//  6. a free worker: one that has finished its task and is not in the
-//     panic handler or the task observer. A direct hand-off goes only to a
+//  6. a free worker: one that has finished its task, reported its end if
+//     it must, and is not in the panic handler or the task observer. A direct hand-off goes only to a
 //     free worker: the tasks of a queue whose busy key holds a task back,
 //     and every task while a Shutdown deadline is watched.
 //  7. a report: a worker tells the loop that a sub-pool's or a keyed task
@@ -43,9 +43,10 @@ import (
 //     Pool.wake) when they claim a hand-off or end a task.
 //  9. the record of a worker: the tasks it finished, whether it is busy,
 //     and when it went idle, which the reaping clock reads (reap.go).
-//  10. a stopper: a worker whose task or panic handler called Stop,
-//     StopWait or Shutdown. It no longer counts against the maximum, and
-//     the loop does not wait for it to exit.
+//  10. a stopper: a worker whose task (or a hook of it, or a Local's
+//     close) called Stop, StopWait or Shutdown. It no longer counts
+//     against the maximum, and the loop does not wait for it to exit. A
+//     queue that only stoppers' tasks hold back is stranded: dropped.
 //
 // The common case has a path of its own: while nothing waits in the
 // scheduler and no request is under way, the loop is quiet: it does a
@@ -67,9 +68,9 @@ type dispatcher struct {
 	// listening mirrors Pool.listening.
 	listening bool
 	// stoppers counts the workers that called Stop, StopWait or Shutdown
-	// themselves: the loop neither counts them against the maximum nor
-	// waits for them to exit.
-	stoppers int
+	// themselves, by where they called from: the loop neither counts them
+	// against the maximum nor waits for them to exit.
+	stoppers [stopperPlaces]int
 
 	// handed counts the tasks handed to workers, less those revoked, and
 	// quits the quits: together, what workers received or will.
@@ -217,6 +218,7 @@ const (
 func (d *dispatcher) settle() bool {
 	did := d.collect()
 	did = d.checkDeadline() || did
+	did = d.checkStranded() || did
 	did = d.checkPauseAck() || did
 	did = d.answerStops() || did
 	did = d.sendRetirements() || did
@@ -485,7 +487,14 @@ func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 
 // working returns how many workers count against the maximum: all of
 // them but the stoppers, which wait for the pool to stop.
-func (d *dispatcher) working() int { return d.workers() - d.stoppers }
+func (d *dispatcher) working() int {
+	return d.workers() - d.stoppers[inTask] - d.stoppers[inHook] // those leaving are counted out
+}
+
+// allStoppers counts the stoppers, wherever they called from.
+func (d *dispatcher) allStoppers() int {
+	return d.stoppers[inTask] + d.stoppers[inHook] + d.stoppers[inLeaving]
+}
 
 // publishInHand publishes the tasks in hand (see stats.inHand), having
 // recorded the peak of those waiting: only between moves, once a task

@@ -764,3 +764,105 @@ func TestLocalMisusePanicsNamingTheFunction(t *testing.T) {
 	assert.Zero(t, p.Status().Submitted)
 	assert.Zero(t, opened.Load())
 }
+
+// TestAStopFromALocalsCloseKeepsTheMaximum: a worker reaped when idle, or
+// retired by Resize, closes its state, and the close stops the pool while
+// the other workers are busy and tasks are queued. The leaving worker no
+// longer counted against the maximum, so its stop must not free a place
+// for another: the pool still runs at most its maximum of tasks at once,
+// and runs the queue. It used to run one more.
+func TestAStopFromALocalsCloseKeepsTheMaximum(t *testing.T) {
+	for _, how := range stopFromInside {
+		t.Run("reaped/"+how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var p *workerpool.Pool
+				closing, letClose, closeReturned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+				local := workerpool.NewLocal(func() (int, error) { return 0, nil }, func(int) {
+					close(closing)
+					<-letClose
+					_, _ = how.stop(p)
+					close(closeReturned)
+				})
+				p = workerpool.New(2, workerpool.WithIdleTimeout(time.Second))
+				_, err := workerpool.CallWith(context.Background(), p, local, func(context.Context, int) (int, error) { return 0, nil })
+				require.NoError(t, err)
+				<-closing // reaped: its close runs, and waits
+				var c peakCounter
+				release := make(chan struct{})
+				for range 2 {
+					require.NoError(t, p.Submit(func() { c.enter(); <-release; c.leave() }))
+				}
+				var ran atomic.Int32
+				for range 10 {
+					require.NoError(t, p.Submit(func() { c.enter(); time.Sleep(time.Millisecond); c.leave(); ran.Add(1) }))
+				}
+				synctest.Wait()
+				close(letClose)
+				synctest.Wait()
+				time.Sleep(5 * time.Millisecond)
+				close(release)
+				<-closeReturned
+				p.Stop()
+				assert.LessOrEqual(t, c.peak.Load(), int64(2), "tasks at once on a pool of at most 2 workers")
+				if how.name != "Stop" {
+					assert.Equal(t, int32(10), ran.Load(), "%s runs the queue", how.name)
+				}
+			})
+		})
+	}
+	t.Run("retired", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var p *workerpool.Pool
+			var once atomic.Bool
+			local := workerpool.NewLocal(func() (int, error) { return 0, nil }, func(int) {
+				if once.CompareAndSwap(false, true) {
+					p.StopWait()
+				}
+			})
+			p = workerpool.New(3, workerpool.WithIdleTimeout(-1))
+			var c peakCounter
+			hold := make(chan struct{})
+			for range 3 {
+				require.NoError(t, local.Submit(p, func(int) { c.enter(); <-hold; c.leave() }))
+			}
+			synctest.Wait()
+			var ran atomic.Int32
+			for range 20 {
+				require.NoError(t, p.Submit(func() { c.enter(); time.Sleep(time.Millisecond); c.leave(); ran.Add(1) }))
+			}
+			c.peak.Store(0)
+			go p.Resize(1)
+			synctest.Wait()
+			close(hold)
+			p.StopWait()
+			assert.LessOrEqual(t, c.peak.Load(), int64(1), "tasks at once after Resize(1)")
+			assert.Equal(t, int32(20), ran.Load())
+		})
+	})
+}
+
+// TestAStopFromALocalsOpenIsWaitedForOutside: a Local's open stops the
+// pool; a StopWait from outside returns only once the task whose open it
+// was has run, as it returns only once every accepted task has. It used to
+// return first.
+func TestAStopFromALocalsOpenIsWaitedForOutside(t *testing.T) {
+	for _, how := range stopFromInside {
+		t.Run(how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var p *workerpool.Pool
+				opened := make(chan struct{})
+				local := workerpool.NewLocal(func() (int, error) {
+					close(opened)
+					_, _ = how.stop(p)
+					return 1, nil
+				}, nil)
+				p = workerpool.New(1)
+				var ran atomic.Int32
+				require.NoError(t, local.Submit(p, func(int) { ran.Add(1) }))
+				<-opened
+				p.StopWait()
+				assert.Equal(t, int32(1), ran.Load(), "the task whose open stopped the pool")
+			})
+		})
+	}
+}

@@ -75,22 +75,23 @@
 // ErrStopped. When they return, every goroutine the pool started has
 // exited, or has at most its return left to do.
 //
-// Called by one of the pool's own workers (in a task, the panic handler or
-// the task observer), Stop, StopWait and Shutdown do the same, but do not
-// wait for that worker, which would wait for itself: they return once
-// every other goroutine the pool started has exited, and the worker exits
-// once it returns to the pool. While it waits, it does not count against
-// the maximum: the pool may start a worker in its place, so that StopWait
-// from the pool's only worker still runs the queue. But a task keeps its
-// sub-pool's place and its key while it waits: StopWait, or Shutdown until
-// its deadline, from a task of a sub-pool at its limit, or from a keyed
-// task, waits for ever if tasks of that sub-pool or key are queued behind
-// it; call Stop there, or stop the pool from another goroutine. From a
-// [Local]'s open or close they are not supported: there the pool may run
-// one task more than the maximum, or a StopWait elsewhere return before
-// the task whose open called it has run. Telling the pool's workers from
-// other goroutines costs these calls a read of their caller's stack trace,
-// a few microseconds.
+// Called by one of the pool's own workers (in a task, the panic handler,
+// the task observer, or a [Local]'s open or close), Stop, StopWait and
+// Shutdown do the same, but do not wait for that worker, which would wait
+// for itself: they return once every other goroutine the pool started has
+// exited, and the worker exits once it returns to the pool. Called
+// elsewhere meanwhile, they wait for that worker too: for the rest of its
+// task. While it waits, the worker does not count against the maximum: the
+// pool may start a worker in its place, so that StopWait from the pool's
+// only worker still runs the queue. But a task keeps its sub-pool's place
+// and its key while it waits. So if every task still running waits so,
+// and every queued task waits for one of them to end (for its sub-pool's
+// place, or its key), no queued task can ever start: the pool drops them,
+// as Stop does (they count as Abandoned, a SubmitWait whose task it drops
+// returns ErrStopped, and Shutdown returns them with ErrStopped), rather
+// than wait for ever. Telling the pool's workers from other goroutines
+// costs these calls a read of their caller's stack trace, a few
+// microseconds.
 //
 // Other calls that wait for the pool can deadlock from inside a task of the
 // same pool: the task waits for the pool, and the pool for the task.
@@ -253,8 +254,11 @@ type Pool struct {
 	// stopping is closed by the dispatcher once it accepts nothing more;
 	// closing when its loop has ended and it tells the workers to exit, so
 	// that its clock gives up; done as its last act, after every goroutine
-	// the pool started has exited.
-	stopping, closing, done chan struct{}
+	// the pool started has exited, but the stoppers. exited is closed once
+	// the stoppers have exited too, by the last goroutine to go, once
+	// ended is set (see gone).
+	stopping, closing, done, exited chan struct{}
+	ended, exitedClosed             atomic.Bool
 
 	// live counts the pool's goroutines other than the dispatcher: workers
 	// and the reaping clock. Each counts itself out as its last act, and
@@ -328,6 +332,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		stopping: make(chan struct{}),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
+		exited:   make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
 	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers), quiet: true}
@@ -351,12 +356,21 @@ func New(maxWorkers int, opts ...Option) *Pool {
 // [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
-	p.stopper()
+	inside := p.stopper()
 	if p.stopCalled.CompareAndSwap(false, true) {
 		p.request(&request{kind: stopRequest})
 	}
-	<-p.done
+	p.waitStopped(inside)
 	return p.claimAbandoned()
+}
+
+// waitStopped waits for the pool to stop: for every goroutine it started
+// to exit, or, if the caller is a stopper, every other one.
+func (p *Pool) waitStopped(stopper bool) {
+	<-p.done
+	if !stopper {
+		<-p.exited
+	}
 }
 
 // claimAbandoned returns the dropped tasks to its first caller, nil to the
@@ -376,10 +390,10 @@ func (p *Pool) claimAbandoned() []func() {
 // is done, meanwhile makes it return early, with the rest of the queue
 // dropped.
 func (p *Pool) StopWait() {
-	p.stopper()
+	inside := p.stopper()
 	p.drainCalled.Store(true)
 	p.request(&request{kind: drainRequest})
-	<-p.done
+	p.waitStopped(inside)
 }
 
 // Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
@@ -404,12 +418,12 @@ func (p *Pool) StopWait() {
 // Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	mustContext("Shutdown", ctx)
-	p.stopper()
+	inside := p.stopper()
 	p.drainCalled.Store(true)
 	// One request stops accepting and has the dispatcher watch ctx, so
 	// that no queued task starts once ctx is done.
 	p.request(&request{kind: drainRequest, deadline: ctx.Done()})
-	<-p.done
+	p.waitStopped(inside)
 	if !p.dropped {
 		return nil, nil
 	}

@@ -115,8 +115,8 @@ func (c *crew) doneTasks() uint64 {
 
 // tasksAndOccupied returns doneTasks, and how many workers are not busy
 // but occupied still, in the panic handler or the task observer of the
-// task they finished, or reporting a keyed task's end: not free to take a
-// task yet.
+// task they finished, or reporting a keyed or a sub-pool's task's end: not
+// free to take a task yet.
 func (c *crew) tasksAndOccupied() (done uint64, occupied int) {
 	done = c.retiredDone + c.retiredSkipped
 	for _, w := range c.all {

@@ -17,6 +17,7 @@ type request struct {
 	sub      *Subpool        // sub*: the sub-pool
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
+	at       stopperAt       // stopper: where in its worker it was called
 	done     chan struct{}
 }
 
@@ -76,10 +77,13 @@ func (d *dispatcher) handle(r *request) {
 	case cancelRequest:
 		d.cancel(r.cancel)
 	case stopperRequest:
-		// Its place is free: what waits in the buffer for a worker to
-		// come free comes back, to go to a worker started in its place.
-		d.stoppers++
-		d.recall(0)
+		d.stoppers[r.at]++
+		if r.at != inLeaving {
+			// Its place is free: what waits in the buffer for a worker
+			// to come free comes back, to go to a worker started in its
+			// place.
+			d.recall(0)
+		}
 	}
 	if r.done != nil {
 		close(r.done)
@@ -210,8 +214,34 @@ func (d *dispatcher) checkDeadline() bool {
 	return false
 }
 
-// dropQueue drops every waiting task, for Stop or a passed Shutdown
-// deadline: those handed out that no worker has claimed, those in the
+// checkStranded drops the queue if no task of it can ever start: the pool
+// is stopping, every task still running is a stopper's, which waits for
+// the stop, and every waiting task waits for one of them to end, for its
+// sub-pool's place or its key. It reports whether it did. Only the
+// workers' records say that no other task runs, and that none has ended
+// unreported (see taskDone), so it reads them, but only in that rare
+// state: some stopper's task runs, and no waiting task may start.
+func (d *dispatcher) checkStranded() bool {
+	if !d.closed || d.dropping || d.stoppers[inTask] == 0 || !d.sched.stuck() ||
+		!d.out.resolved() || !d.p.onWay.empty() {
+		return false
+	}
+	done, occupied := d.crew.tasksAndOccupied()
+	if d.handed-done > uint64(d.stoppers[inTask]) || occupied > d.stoppers[inHook] {
+		// Another task runs, or a worker has yet to report the end of
+		// one, or returns from a hook: it signals when it does.
+		return false
+	}
+	d.collect() // the reports of every end counted in done
+	if !d.sched.stuck() {
+		return false
+	}
+	d.dropQueue()
+	return true
+}
+
+// dropQueue drops every waiting task, for Stop, a passed Shutdown
+// deadline or a stranded queue: those handed out that no worker has claimed, those in the
 // scheduler, and any that a submitter on its way hands over later.
 func (d *dispatcher) dropQueue() {
 	d.dropping = true
@@ -363,7 +393,7 @@ func (d *dispatcher) windDown() {
 	for {
 		d.collect()
 		d.answerStops()
-		if p.live.Load() <= int64(d.stoppers) {
+		if p.live.Load() <= int64(d.allStoppers()) {
 			break // all have exited, but the stoppers, and the clock
 		}
 		select {
@@ -384,4 +414,10 @@ func (d *dispatcher) windDown() {
 	p.dropped = len(d.dropped) > 0
 	d.setState(Stopped)
 	close(p.done)
+	// The stoppers, if any, exit once their calls return: the last one
+	// to go closes exited, or, if none is left, the dispatcher does.
+	p.ended.Store(true)
+	if p.live.Load() == 0 {
+		p.closeExited()
+	}
 }

@@ -124,6 +124,10 @@ func (s *scheduler) wait(e entry) {
 	s.enter(l)
 }
 
+// stuck reports whether tasks wait but none may start: each waits for a
+// place under its lane's limit, or for its key.
+func (s *scheduler) stuck() bool { return s.waiting > 0 && s.turns.Len() == 0 }
+
 // peek returns the task to hand out next, if any may start: the first one
 // of the lane whose turn it is. It changes nothing; take hands it out.
 func (s *scheduler) peek() (entry, bool) {

@@ -44,7 +44,7 @@ type worker struct {
 	phase atomic.Uint64
 	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
 	// last went idle; 0 while it is not free, though not busy: in the
-	// panic handler or the task observer, or reporting a keyed task's end;
+	// panic handler or the task observer, or reporting a task's end;
 	// quitMark or retiredMark once it has left for good. It changes from one stamp to
 	// another only while phase is odd (busy), so a reader that sees the
 	// same even phase before and after reading since has the stamp of the
@@ -199,8 +199,18 @@ func (p *Pool) startExit(w *worker, mark uint64) {
 // gone counts a goroutine of the pool out, as its last act, and tells the
 // dispatcher, which may be waiting for it.
 func (p *Pool) gone() {
-	p.live.Add(-1)
+	if p.live.Add(-1) == 0 && p.ended.Load() {
+		p.closeExited() // the last stopper to exit
+	}
 	p.signal()
+}
+
+// closeExited closes Pool.exited, once: every goroutine the pool started
+// has exited, the dispatcher's included.
+func (p *Pool) closeExited() {
+	if p.exitedClosed.CompareAndSwap(false, true) {
+		close(p.exited)
+	}
 }
 
 // skip accounts for h, a task its submitter gave up on before worker w
@@ -322,13 +332,14 @@ func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
 		}
 		return
 	}
-	// A worker that ran a keyed task is not free until it has reported
-	// the end that frees the key, so that a loop that sees it free finds
-	// the report, and hands out the key's next task before the tasks
-	// behind it (see fill).
-	reported, keyed := h.mustReport(), h.line != nil
+	// A worker that ran a keyed or a sub-pool's task is not free until it
+	// has reported the end that frees the key or the place, so that a
+	// loop that sees it free finds the report: it hands out the key's
+	// next task before the tasks behind it (see fill), and it knows a
+	// queue held back by nothing but stoppers (see checkStranded).
+	reported := h.mustReport()
 	sub := subpoolOf(h.lane)
-	if occupied || keyed {
+	if occupied || reported {
 		w.since.Store(0) // not free: stamped after the report, handler or observer
 	} else {
 		p.stampIdle(w)
@@ -351,7 +362,7 @@ func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
 	if reported {
 		p.reports.add(report{lane: h.lane, line: h.line, ended: true})
 	}
-	if keyed && !occupied {
+	if reported && !occupied {
 		p.stampIdle(w)
 	}
 	if p.listening.Load() {
@@ -409,21 +420,59 @@ func crash(v error) {
 // (worker.id), as does the goroutine that finishes a worker's exit. Go
 // gives no cheaper way to tell goroutines apart, and this one costs a few
 // microseconds only where it is rare: once per pool, once per Goexit, and
-// in each Stop, StopWait and Shutdown.
+// in each Stop, StopWait and Shutdown. The same trace says where in the
+// worker the call was made (see stopperAt).
 
 // stopper tells the dispatcher, if the calling goroutine is one of p's
 // workers, not to wait for it to exit, nor to count it against the maximum
 // while it waits for the pool to stop: so the others can run the queue, and
-// the stop end. The worker exits once it returns to the pool.
-func (p *Pool) stopper() {
-	if p.onWorker() {
-		p.request(&request{kind: stopperRequest})
+// the stop end. The worker exits once it returns to the pool. It reports
+// whether the caller is a worker.
+func (p *Pool) stopper() bool {
+	stack := ownStack()
+	if !p.onWorker(stack) {
+		return false
 	}
+	p.request(&request{kind: stopperRequest, at: stopperPlace(stack)})
+	return true
 }
 
-// onWorker reports whether the calling goroutine is one of p's workers.
-func (p *Pool) onWorker() bool {
-	stack := ownStack()
+// A stopperAt says where in its worker a stopper called Stop, StopWait or
+// Shutdown.
+type stopperAt uint8
+
+const (
+	// inTask: in a task (or a Local's open for it), which keeps its
+	// sub-pool's place and its key while it waits.
+	inTask stopperAt = iota
+	// inHook: in the panic handler or the task observer, once the task
+	// has ended: the worker is not free until the hook returns.
+	inHook
+	// inLeaving: in a Local's close (or the panic handler of one) as the
+	// worker exits: it counts against the maximum no more already.
+	inLeaving
+	stopperPlaces
+)
+
+// stopperPlace reads where a worker whose stack trace is stack called:
+// in closeLocals, as it leaves; or else in run, in the task, or in run's
+// deferred call, which runs the hooks once the task has ended, whichever
+// frame is innermost (a trace lists the innermost first).
+func stopperPlace(stack []byte) stopperAt {
+	s := string(stack)
+	if strings.Contains(s, "\n"+closeLocalsName) {
+		return inLeaving
+	}
+	hook := strings.Index(s, "\n"+runName+".func")
+	if task := strings.Index(s, "\n"+runName+"("); hook >= 0 && (task < 0 || hook < task) {
+		return inHook
+	}
+	return inTask
+}
+
+// onWorker reports whether the goroutine whose stack trace is stack is one
+// of p's workers.
+func (p *Pool) onWorker(stack []byte) bool {
 	id, fn, by := stackIDs(stack)
 	if by == p.dispatcherID.Load() && (fn == startWorkerName || fn == startExitName) {
 		return true
@@ -438,11 +487,13 @@ func (p *Pool) onWorker() bool {
 	return false
 }
 
-// The names of the functions that start the goroutines of workers, as
-// stack traces print them.
+// The names of the functions that start the goroutines of workers, and of
+// those that stopperPlace looks for, as stack traces print them.
 var (
 	startWorkerName = funcName((*Pool).startWorker)
 	startExitName   = funcName((*Pool).startExit)
+	runName         = funcName((*Pool).run)
+	closeLocalsName = funcName((*Pool).closeLocals)
 )
 
 func funcName(f any) string {

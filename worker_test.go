@@ -391,3 +391,193 @@ func TestAStopFromAnotherPoolsTaskWaitsForThisPool(t *testing.T) {
 		})
 	}
 }
+
+// waitFromInside is how a worker may stop its own pool and wait for its
+// queue: with no deadline, so that only the pool can end the wait.
+var waitFromInside = []struct {
+	name string
+	stop func(p *workerpool.Pool) (dropped []func(), err error)
+}{
+	{"StopWait", func(p *workerpool.Pool) ([]func(), error) { p.StopWait(); return nil, nil }},
+	{"Shutdown", func(p *workerpool.Pool) ([]func(), error) { return p.Shutdown(context.Background()) }},
+}
+
+// TestAStopFromATaskDropsTheTasksOnlyItHoldsBack: a task of a sub-pool of
+// limit 1, or a keyed task, waits in StopWait or Shutdown with tasks of its
+// sub-pool or key queued behind it. They can never start: the pool drops
+// them, as Stop would, rather than wait for ever. Tasks of another key
+// run; a SubmitWait whose task is dropped returns ErrStopped, Shutdown
+// returns the fire-and-forget ones with ErrStopped, and Status counts them
+// Abandoned. These calls used to wait for ever.
+func TestAStopFromATaskDropsTheTasksOnlyItHoldsBack(t *testing.T) {
+	for _, how := range waitFromInside {
+		for _, keyed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keyed=%v", how.name, keyed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					p := workerpool.New(4)
+					s := p.Subpool("s", 1)
+					submit := s.Submit
+					if keyed {
+						s = p.Subpool("s", 4)
+						submit = func(f func()) error { return s.SubmitKey("k", f) }
+					}
+					var ran, otherKey atomic.Int32
+					type result struct {
+						dropped []func()
+						err     error
+					}
+					returned := make(chan result, 1)
+					gate := make(chan struct{})
+					require.NoError(t, submit(func() {
+						<-gate // the tasks behind it are queued
+						dropped, err := how.stop(p)
+						returned <- result{dropped, err}
+					}))
+					for range 2 {
+						require.NoError(t, submit(func() { ran.Add(1) }))
+					}
+					waited := make(chan error, 1)
+					if keyed { // no SubmitWait takes a key
+						require.NoError(t, submit(func() { ran.Add(1) }))
+					} else {
+						go func() { waited <- s.SubmitWait(func() { ran.Add(1) }) }()
+					}
+					if keyed {
+						for range 3 {
+							require.NoError(t, s.SubmitKey("j", func() { otherKey.Add(1) }))
+						}
+					}
+					synctest.Wait() // all queued
+					close(gate)
+					r := <-returned
+					assert.Zero(t, ran.Load(), "a task held back by the stopper's task started")
+					if !keyed {
+						assert.ErrorIs(t, <-waited, workerpool.ErrStopped, "the dropped SubmitWait")
+					}
+					if how.name == "Shutdown" {
+						fireAndForget := 2
+						if keyed {
+							fireAndForget = 3
+						}
+						assert.Len(t, r.dropped, fireAndForget, "Shutdown returns the dropped fire-and-forget tasks")
+						assert.ErrorIs(t, r.err, workerpool.ErrStopped)
+					}
+					if keyed {
+						assert.Equal(t, int32(3), otherKey.Load(), "another key's tasks run")
+					}
+					p.Stop() // from outside: it returns too
+					st := p.Status()
+					assert.Equal(t, uint64(3), st.Abandoned)
+					assertBalanced(t, st)
+				})
+			})
+		}
+	}
+}
+
+// TestAStopFromATaskDropsNothingAnotherTaskWillFree: the same with a
+// sub-pool of limit 2, whose other place a slow task holds, or with a slow
+// task of the key running before the stopper's: once it ends, the queued
+// tasks run, one at a time, in the place it frees. None is dropped.
+func TestAStopFromATaskDropsNothingAnotherTaskWillFree(t *testing.T) {
+	for _, how := range waitFromInside {
+		t.Run(how.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(4)
+				s := p.Subpool("s", 2)
+				var ran atomic.Int32
+				returned := make(chan []func(), 1)
+				gate := make(chan struct{})
+				require.NoError(t, s.Submit(func() { time.Sleep(time.Second) }))
+				require.NoError(t, s.Submit(func() {
+					<-gate
+					dropped, err := how.stop(p)
+					assert.NoError(t, err)
+					returned <- dropped
+				}))
+				for range 3 {
+					require.NoError(t, s.Submit(func() { ran.Add(1) }))
+				}
+				synctest.Wait()
+				close(gate)
+				assert.Empty(t, <-returned)
+				assert.Equal(t, int32(3), ran.Load(), "the tasks ran in the place the slow task freed")
+				p.Stop()
+				assert.Zero(t, p.Status().Abandoned)
+			})
+		})
+	}
+	// On the real scheduler the other task ends just as the stop comes:
+	// its end counted before it is reported must not look like the last.
+	t.Run("racing", func(t *testing.T) {
+		for round := range 2000 {
+			p := workerpool.New(4)
+			s := p.Subpool("s", 2)
+			var ran atomic.Int32
+			gate, stopped := make(chan struct{}), make(chan struct{})
+			require.NoError(t, s.Submit(func() {
+				<-gate
+				for range round % 50 {
+					runtime.Gosched()
+				}
+			}))
+			require.NoError(t, s.Submit(func() { <-gate; p.StopWait(); close(stopped) }))
+			for range 3 {
+				require.NoError(t, s.Submit(func() { ran.Add(1) }))
+			}
+			close(gate)
+			<-stopped
+			p.StopWait()
+			require.Equal(t, int32(3), ran.Load(), "round %d: ran", round)
+			require.Zero(t, p.Status().Abandoned, "round %d", round)
+		}
+	})
+}
+
+// TestAStrandedQueueIsDroppedBesideAStoppingPanicHandler: a panic handler
+// that calls StopWait keeps its worker from being free for as long as it
+// waits; a keyed task waits in StopWait with its key's tasks behind. The
+// key's tasks are still dropped, and every call returns.
+func TestAStrandedQueueIsDroppedBesideAStoppingPanicHandler(t *testing.T) {
+	for range 200 {
+		var p *workerpool.Pool
+		handled := make(chan struct{})
+		p = workerpool.New(3, workerpool.WithPanicHandler(func(*workerpool.PanicError) {
+			p.StopWait()
+			close(handled)
+		}))
+		gate, stopped := make(chan struct{}), make(chan struct{})
+		var ran atomic.Int32
+		require.NoError(t, p.SubmitKey("k", func() { <-gate; p.StopWait(); close(stopped) }))
+		for range 2 {
+			require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
+		}
+		require.NoError(t, p.Submit(func() { <-gate; panic("stop") }))
+		close(gate)
+		<-stopped
+		<-handled
+		p.Stop()
+		require.Zero(t, ran.Load(), "a task of the stopper's key started")
+		require.Equal(t, uint64(2), p.Status().Abandoned)
+	}
+}
+
+// TestAStopFromATaskIsWaitedForOutside: a StopWait from outside, while a
+// task's own StopWait waits, returns only once that task has ended, as
+// for any running task.
+func TestAStopFromATaskIsWaitedForOutside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		var ended atomic.Bool
+		require.NoError(t, p.Submit(func() {
+			p.StopWait()
+			time.Sleep(time.Second) // the rest of the task
+			ended.Store(true)
+		}))
+		synctest.Wait()
+		p.StopWait()
+		assert.True(t, ended.Load(), "the outside StopWait returned before the stopper's task ended")
+		synctest.Wait()
+		assert.Zero(t, p.Status().Workers)
+	})
+}
