@@ -133,7 +133,9 @@ func (p *Pool) runWorker(w *worker, e entry, first, restarted bool) {
 		// pool from its submitter.
 		p.run(&e, w)
 	} else {
-		p.stampIdle(w)
+		// Free: a worker restarted after its panic handler or task
+		// observer called Goexit was not, and the loop may wait for it.
+		p.freed(w)
 	}
 	for {
 		h, open := <-p.work

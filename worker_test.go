@@ -534,6 +534,42 @@ func TestAStopFromATaskDropsNothingAnotherTaskWillFree(t *testing.T) {
 	})
 }
 
+// TestAStrandedQueueIsDroppedOnceAPanicHandlerGoexits: a keyed task waits
+// in StopWait with its key's tasks behind, while another task's panic
+// handler runs: its worker is not free, so the loop cannot yet tell that
+// the key's tasks are stranded. The handler then calls runtime.Goexit; the
+// worker goes on in a new goroutine, free, and the loop must hear of it:
+// with no reaping clock to wake it, it would wait for ever. On the real
+// scheduler, the handler leaving at varied moments.
+func TestAStrandedQueueIsDroppedOnceAPanicHandlerGoexits(t *testing.T) {
+	for round := range 500 {
+		inHandler, leave := make(chan struct{}), make(chan struct{})
+		p := workerpool.New(3, workerpool.WithIdleTimeout(-1), workerpool.WithPanicHandler(func(*workerpool.PanicError) {
+			close(inHandler)
+			<-leave
+			runtime.Goexit()
+		}))
+		queued, stopped := make(chan struct{}), make(chan struct{})
+		var ran atomic.Int32
+		require.NoError(t, p.Submit(func() { panic("to the handler") }))
+		<-inHandler
+		require.NoError(t, p.SubmitKey("k", func() { <-queued; p.StopWait(); close(stopped) }))
+		require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
+		close(queued)
+		for range round % 20 {
+			runtime.Gosched()
+		}
+		close(leave)
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second): // a guard against a hang, not a measure
+			t.Fatalf("round %d: the stranded queue was never dropped", round)
+		}
+		require.Zero(t, ran.Load())
+		require.Equal(t, uint64(1), p.Status().Abandoned)
+	}
+}
+
 // TestAStrandedQueueIsDroppedBesideAStoppingPanicHandler: a panic handler
 // that calls StopWait keeps its worker from being free for as long as it
 // waits; a keyed task waits in StopWait with its key's tasks behind. The
