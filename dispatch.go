@@ -68,9 +68,10 @@ type dispatcher struct {
 	// listening mirrors Pool.listening.
 	listening bool
 	// stoppers counts the workers that called Stop, StopWait or Shutdown
-	// themselves, by where they called from: the loop neither counts them
-	// against the maximum nor waits for them to exit.
-	stoppers [stopperPlaces]int
+	// themselves: the loop neither counts them against the maximum nor
+	// waits for them to exit. leavers counts those of them that called as
+	// they left, already counted out of the maximum.
+	stoppers, leavers int
 
 	// handed counts the tasks handed to workers, less those revoked, and
 	// quits the quits: together, what workers received or will.
@@ -487,13 +488,16 @@ func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
 
 // working returns how many workers count against the maximum: all of
 // them but the stoppers, which wait for the pool to stop.
-func (d *dispatcher) working() int {
-	return d.workers() - d.stoppers[inTask] - d.stoppers[inHook] // those leaving are counted out
-}
+func (d *dispatcher) working() int { return d.workers() - (d.stoppers - d.leavers) }
 
-// allStoppers counts the stoppers, wherever they called from.
-func (d *dispatcher) allStoppers() int {
-	return d.stoppers[inTask] + d.stoppers[inHook] + d.stoppers[inLeaving]
+// setMax sets the maximum of workers to n. The stoppers run beside them,
+// so a lane's limit holds nothing back only at or above n plus them, and
+// a worker retires only above that many.
+func (d *dispatcher) setMax(n int) {
+	d.max = n
+	above := n + d.stoppers - d.leavers
+	d.sched.setMax(above)
+	d.p.stats.retireAbove.Store(int64(above))
 }
 
 // publishInHand publishes the tasks in hand (see stats.inHand), having

@@ -26,8 +26,8 @@ func checkLoop(d *dispatcher) {
 		}
 		return
 	}
-	if d.workers() < d.max {
-		panic(fmt.Sprintf("workerpool: loop: task %d may start, and %d workers are below the maximum %d", e.seq, d.workers(), d.max))
+	if d.working() < d.max {
+		panic(fmt.Sprintf("workerpool: loop: task %d may start, and %d workers are below the maximum %d", e.seq, d.working(), d.max))
 	}
 	if _, offering := d.offerable(); offering {
 		return // the select offers it to the full buffer

@@ -81,10 +81,11 @@
 // for itself: they return once every other goroutine the pool started has
 // exited, and the worker exits once it returns to the pool. Called
 // elsewhere meanwhile, they wait for that worker too: for the rest of its
-// task. While it waits, the worker does not count against the maximum: the
-// pool may start a worker in its place, so that StopWait from the pool's
-// only worker still runs the queue. But a task keeps its sub-pool's place
-// and its key while it waits. So if every task still running waits so,
+// task. While it waits, the worker does not count against the maximum (nor
+// against a Resize that lowers it): the pool may start a worker in its
+// place, so that StopWait from the pool's only worker still runs the
+// queue. But a task keeps its sub-pool's place and its key while it
+// waits, and a sub-pool's Stop or StopWait returns once it has ended. So if every task still running waits so,
 // and every queued task waits for one of them to end (for its sub-pool's
 // place, or its key), no queued task can ever start: the pool drops them,
 // as Stop does (they count as Abandoned, a SubmitWait whose task it drops
@@ -335,6 +336,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 		exited:   make(chan struct{}),
 	}
 	p.stats.maxWorkers.Store(int64(maxWorkers))
+	p.stats.retireAbove.Store(int64(maxWorkers))
 	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers), quiet: true}
 	d.out.init(buffer)
 	d.clock.timeout = p.cfg.idleTimeout
@@ -423,6 +425,10 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	// One request stops accepting and has the dispatcher watch ctx, so
 	// that no queued task starts once ctx is done.
 	p.request(&request{kind: drainRequest, deadline: ctx.Done()})
+	// Once ctx is done, the loop looks at the deadlines, however quiet
+	// it is: nothing else may wake it (a long task holds what waits).
+	unwatch := context.AfterFunc(ctx, func() { p.request(&request{kind: deadlineRequest}) })
+	defer unwatch()
 	p.waitStopped(inside)
 	if !p.dropped {
 		return nil, nil

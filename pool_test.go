@@ -506,6 +506,44 @@ func TestShutdownReturnsNilWhenEverythingRanInTime(t *testing.T) {
 	})
 }
 
+// TestAShutdownDeadlineWakesAQuietLoop: a long task holds a key, with a
+// task of the key queued behind it; a Shutdown with a 10 ms deadline, from
+// another task, or from outside. Nothing else happens until the long task
+// ends, so only the deadline can wake the loop: the queued task is dropped
+// as the deadline passes, not when the long task ends (the review saw
+// nothing dropped within a minute with no reaping clock).
+func TestAShutdownDeadlineWakesAQuietLoop(t *testing.T) {
+	for _, from := range []string{"a task", "outside"} {
+		t.Run(from, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2, workerpool.WithIdleTimeout(-1))
+				long := make(chan struct{})
+				require.NoError(t, p.SubmitKey("k", func() { <-long }))
+				require.NoError(t, p.SubmitKey("k", func() {}))
+				shutdown := func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+					defer cancel()
+					_, err := p.Shutdown(ctx)
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+				returned := make(chan struct{})
+				if from == "a task" {
+					require.NoError(t, p.Submit(func() { shutdown(); close(returned) }))
+				} else {
+					go func() { shutdown(); close(returned) }()
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				assert.Equal(t, uint64(1), p.Status().Abandoned, "dropped once the deadline passed")
+				close(long)
+				<-returned
+				p.StopWait()
+				assertBalanced(t, p.Status())
+			})
+		})
+	}
+}
+
 func TestShutdownPastItsDeadlineActsAsStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)

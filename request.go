@@ -17,7 +17,7 @@ type request struct {
 	sub      *Subpool        // sub*: the sub-pool
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
-	at       stopperAt       // stopper: where in its worker it was called
+	leaving  bool            // stopper: the worker is leaving (see leaving)
 	done     chan struct{}
 }
 
@@ -77,13 +77,15 @@ func (d *dispatcher) handle(r *request) {
 	case cancelRequest:
 		d.cancel(r.cancel)
 	case stopperRequest:
-		d.stoppers[r.at]++
-		if r.at != inLeaving {
-			// Its place is free: what waits in the buffer for a worker
-			// to come free comes back, to go to a worker started in its
-			// place.
-			d.recall(0)
+		d.stoppers++
+		if r.leaving {
+			d.leavers++ // counted out already
+			break
 		}
+		// Its place is free: what waits in the buffer for a worker to
+		// come free comes back, to go to a worker started in its place.
+		d.recall(0)
+		d.setMax(d.max)
 	}
 	if r.done != nil {
 		close(r.done)
@@ -100,12 +102,11 @@ func (d *dispatcher) resize(n int) {
 		return
 	}
 	d.recall(0)
-	d.max = n
-	d.sched.setMax(n)
+	d.setMax(n)
 	d.p.stats.maxWorkers.Store(int64(n))
 	if !d.down {
-		d.quitParked(d.workers()-n, n) // idle ones at once
-		d.owedRetires = max(d.workers()-n, 0)
+		d.quitParked(d.working()-n, n+d.stoppers-d.leavers) // idle ones at once
+		d.owedRetires = max(d.working()-n, 0)
 		d.sendRetirements()
 		d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
 	}
@@ -222,14 +223,15 @@ func (d *dispatcher) checkDeadline() bool {
 // unreported (see taskDone), so it reads them, but only in that rare
 // state: some stopper's task runs, and no waiting task may start.
 func (d *dispatcher) checkStranded() bool {
-	if !d.closed || d.dropping || d.stoppers[inTask] == 0 || !d.sched.stuck() ||
+	if !d.closed || d.dropping || d.stoppers == d.leavers || !d.sched.stuck() ||
 		!d.out.resolved() || !d.p.onWay.empty() {
 		return false
 	}
+	// A stopper is busy (in its task) or occupied (in a hook of it): if
+	// no other worker is either, no other task runs, and none has ended
+	// unreported. Else the worker signals when it is free.
 	done, occupied := d.crew.tasksAndOccupied()
-	if d.handed-done > uint64(d.stoppers[inTask]) || occupied > d.stoppers[inHook] {
-		// Another task runs, or a worker has yet to report the end of
-		// one, or returns from a hook: it signals when it does.
+	if d.handed-done+uint64(occupied) > uint64(d.stoppers-d.leavers) {
 		return false
 	}
 	d.collect() // the reports of every end counted in done
@@ -393,7 +395,7 @@ func (d *dispatcher) windDown() {
 	for {
 		d.collect()
 		d.answerStops()
-		if p.live.Load() <= int64(d.allStoppers()) {
+		if p.live.Load() <= int64(d.stoppers) {
 			break // all have exited, but the stoppers, and the clock
 		}
 		select {

@@ -178,6 +178,7 @@ const cacheLine = 64
 type stats struct {
 	state       atomic.Int32
 	maxWorkers  atomic.Int64
+	retireAbove atomic.Int64  // maxWorkers plus the stoppers: see dispatcher.setMax
 	workers     atomic.Uint64 // version<<32 | count; see countIn
 	peakWorkers atomic.Int64
 	// inHand counts the tasks waiting in the scheduler plus every task the
@@ -236,9 +237,10 @@ func (s *stats) countOut() {
 // workerCount returns the count of workers.
 func (s *stats) workerCount() int { return int(uint32(s.workers.Load())) }
 
-// retireOne counts one worker out if there are more than the maximum, and
-// reports whether it did: the calling worker then exits.
-func (s *stats) retireOne() bool { return s.countOutAbove(int(s.maxWorkers.Load())) }
+// retireOne counts one worker out if there are more than the maximum (and
+// the stoppers beside it: retireAbove), and reports whether it did: the
+// calling worker then exits.
+func (s *stats) retireOne() bool { return s.countOutAbove(int(s.retireAbove.Load())) }
 
 // countOutAbove counts one worker out if there are more than floor, and
 // reports whether it did. Workers retiring at the same time count

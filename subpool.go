@@ -204,11 +204,21 @@ func (s *Subpool) stop(kind requestKind) []func() {
 	})
 	defer s.p.forget(s)
 	r := &request{kind: kind, sub: s, done: make(chan struct{})}
-	if !s.p.request(r) {
-		return nil // the pool has finished: every task has ended
+	if s.p.request(r) {
+		select {
+		case <-r.done:
+			return r.tasks
+		case <-s.p.done:
+		}
 	}
-	<-r.done
-	return r.tasks
+	// The pool has stopped first: every task has ended, but the pool's
+	// stoppers', which end once their calls return, and which may be of
+	// this sub-pool. Wait for them, unless the caller is one.
+	if !s.p.onWorker(ownStack()) {
+		<-s.p.exited
+	}
+	s.stats.state.Store(int32(Stopped))
+	return r.tasks // written, if at all, before the pool stopped
 }
 
 // forget takes s off the pool's list of sub-pools.

@@ -719,3 +719,53 @@ func TestAStoppedSubpoolIsFreed(t *testing.T) {
 	assert.LessOrEqual(t, grew, int64(64<<10), "stopped sub-pools leave nothing behind")
 	assert.Empty(t, p.Subpools(), "no sub-pool is listed once stopped")
 }
+
+// TestASubpoolsStopReturnsWhenItsOwnTaskStopsThePool: a task of the
+// sub-pool waits in the pool's StopWait, with another of its tasks queued
+// behind it (stranded: dropped). The sub-pool's Stop or StopWait, called
+// from outside before or after, returns once the pool has stopped and
+// that task has ended too. The review saw both wait for ever in 3 of 3
+// runs: the loop, gone by then, was to answer them.
+func TestASubpoolsStopReturnsWhenItsOwnTaskStopsThePool(t *testing.T) {
+	for _, kind := range []string{"StopWait", "Stop", "StopWait after"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2)
+				s := p.Subpool("s", 1)
+				gate, stopped := make(chan struct{}), make(chan struct{})
+				var ended atomic.Bool
+				require.NoError(t, s.Submit(func() {
+					<-gate
+					p.StopWait()
+					close(stopped)
+					time.Sleep(time.Second) // the rest of the task
+					ended.Store(true)
+				}))
+				require.NoError(t, s.Submit(func() {}))
+				synctest.Wait()
+				subDone := make(chan struct{})
+				stopSub := func() {
+					defer close(subDone)
+					if kind == "Stop" {
+						assert.Len(t, s.Stop(), 1, "it drops its queued task")
+					} else {
+						s.StopWait()
+					}
+					assert.True(t, ended.Load(), "the sub-pool's stop returned before its task ended")
+					assert.Equal(t, workerpool.Stopped, s.Status().State)
+				}
+				if kind != "StopWait after" {
+					go stopSub()
+					synctest.Wait()
+				}
+				close(gate)
+				<-stopped
+				if kind == "StopWait after" {
+					go stopSub()
+				}
+				<-subDone // (synctest reports a deadlock if it never comes)
+				p.StopWait()
+			})
+		})
+	}
+}

@@ -128,14 +128,17 @@ func (p *Pool) runWorker(w *worker, e entry, first, restarted bool) {
 			p.startWorker(w, entry{}, false, true)
 		}
 	}()
-	if first {
+	switch {
+	case first:
 		// The dispatcher counted it busy and started, and took it for the
 		// pool from its submitter.
 		p.run(&e, w)
-	} else {
-		// Free: a worker restarted after its panic handler or task
-		// observer called Goexit was not, and the loop may wait for it.
+	case restarted:
+		// Free: a worker whose panic handler or task observer called
+		// Goexit was not, and the loop may wait for it.
 		p.freed(w)
+	default:
+		p.stampIdle(w) // the dispatcher stamped it as it started it
 	}
 	for {
 		h, open := <-p.work
@@ -422,8 +425,8 @@ func crash(v error) {
 // (worker.id), as does the goroutine that finishes a worker's exit. Go
 // gives no cheaper way to tell goroutines apart, and this one costs a few
 // microseconds only where it is rare: once per pool, once per Goexit, and
-// in each Stop, StopWait and Shutdown. The same trace says where in the
-// worker the call was made (see stopperAt).
+// in each Stop, StopWait and Shutdown. The same trace says whether the
+// worker is leaving (see leaving).
 
 // stopper tells the dispatcher, if the calling goroutine is one of p's
 // workers, not to wait for it to exit, nor to count it against the maximum
@@ -435,41 +438,16 @@ func (p *Pool) stopper() bool {
 	if !p.onWorker(stack) {
 		return false
 	}
-	p.request(&request{kind: stopperRequest, at: stopperPlace(stack)})
+	p.request(&request{kind: stopperRequest, leaving: leaving(stack)})
 	return true
 }
 
-// A stopperAt says where in its worker a stopper called Stop, StopWait or
-// Shutdown.
-type stopperAt uint8
-
-const (
-	// inTask: in a task (or a Local's open for it), which keeps its
-	// sub-pool's place and its key while it waits.
-	inTask stopperAt = iota
-	// inHook: in the panic handler or the task observer, once the task
-	// has ended: the worker is not free until the hook returns.
-	inHook
-	// inLeaving: in a Local's close (or the panic handler of one) as the
-	// worker exits: it counts against the maximum no more already.
-	inLeaving
-	stopperPlaces
-)
-
-// stopperPlace reads where a worker whose stack trace is stack called:
-// in closeLocals, as it leaves; or else in run, in the task, or in run's
-// deferred call, which runs the hooks once the task has ended, whichever
-// frame is innermost (a trace lists the innermost first).
-func stopperPlace(stack []byte) stopperAt {
-	s := string(stack)
-	if strings.Contains(s, "\n"+closeLocalsName) {
-		return inLeaving
-	}
-	hook := strings.Index(s, "\n"+runName+".func")
-	if task := strings.Index(s, "\n"+runName+"("); hook >= 0 && (task < 0 || hook < task) {
-		return inHook
-	}
-	return inTask
+// leaving reports whether a worker whose stack trace is stack is leaving:
+// in closeLocals, in a Local's close or the panic handler of one, it was
+// counted out of the maximum already. (closeLocals is one of the
+// outermost frames, which a trace keeps however deep the stack.)
+func leaving(stack []byte) bool {
+	return strings.Contains(string(stack), "\n"+closeLocalsName)
 }
 
 // onWorker reports whether the goroutine whose stack trace is stack is one
@@ -490,11 +468,10 @@ func (p *Pool) onWorker(stack []byte) bool {
 }
 
 // The names of the functions that start the goroutines of workers, and of
-// those that stopperPlace looks for, as stack traces print them.
+// the one that leaving looks for, as stack traces print them.
 var (
 	startWorkerName = funcName((*Pool).startWorker)
 	startExitName   = funcName((*Pool).startExit)
-	runName         = funcName((*Pool).run)
 	closeLocalsName = funcName((*Pool).closeLocals)
 )
 

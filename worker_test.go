@@ -570,6 +570,151 @@ func TestAStrandedQueueIsDroppedOnceAPanicHandlerGoexits(t *testing.T) {
 	}
 }
 
+// deep calls f n frames down, so that a stack trace of f's callees is cut
+// in the middle.
+//
+//go:noinline
+func deep(n int, f func()) int {
+	if n == 0 {
+		f()
+		return 0
+	}
+	return deep(n-1, f) + 1
+}
+
+// TestAStrandedQueueIsDroppedWhateverTheStoppersStacks: a keyed task waits
+// in StopWait with its key's tasks behind it, beside a panic handler that
+// calls StopWait deep in its stack, for a task that panicked deep in its
+// own (the trace then cuts out the middle frames), or beside a task that
+// calls StopWait from the task observer or the panic handler of another
+// pool that ran a task in it (CallerRuns). However a stopper's trace reads,
+// the stranded tasks are dropped, and every call returns. The review broke
+// both in 3 of 3 runs when the loop read a trace to tell a task from a hook.
+func TestAStrandedQueueIsDroppedWhateverTheStoppersStacks(t *testing.T) {
+	for _, depth := range []int{0, 80} {
+		t.Run(fmt.Sprint("panic handler, depth=", depth), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var p *workerpool.Pool
+				handled := make(chan struct{})
+				p = workerpool.New(3, workerpool.WithPanicHandler(func(*workerpool.PanicError) {
+					deep(depth, p.StopWait)
+					close(handled)
+				}))
+				gate, stopped := make(chan struct{}), make(chan struct{})
+				var ran atomic.Int32
+				require.NoError(t, p.SubmitKey("k", func() { <-gate; p.StopWait(); close(stopped) }))
+				for range 2 {
+					require.NoError(t, p.SubmitKey("k", func() { ran.Add(1) }))
+				}
+				require.NoError(t, p.Submit(func() { <-gate; deep(depth, func() { panic("stop") }) }))
+				synctest.Wait()
+				close(gate)
+				<-stopped // (synctest reports a deadlock if it never comes)
+				<-handled
+				p.Stop()
+				assert.Zero(t, ran.Load())
+				assert.Equal(t, uint64(2), p.Status().Abandoned)
+			})
+		})
+	}
+	for _, via := range []string{"observer", "panic handler"} {
+		t.Run("another pool's "+via, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2)
+				s := p.Subpool("s", 1)
+				q := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns),
+					workerpool.WithTaskObserver(func(workerpool.TaskTiming) {
+						if via == "observer" && p.Status().State == workerpool.Running {
+							p.StopWait()
+						}
+					}),
+					workerpool.WithPanicHandler(func(*workerpool.PanicError) { p.StopWait() }))
+				qgate := make(chan struct{})
+				require.NoError(t, q.Submit(func() { <-qgate }))
+				synctest.Wait()
+				require.NoError(t, q.Submit(func() {})) // q's queue is full
+				gate, stopped := make(chan struct{}), make(chan struct{})
+				require.NoError(t, s.Submit(func() {
+					<-gate
+					if via == "observer" {
+						_ = q.Submit(func() {}) // runs here, in p's task
+					} else {
+						_ = q.Submit(func() { panic("x") })
+					}
+					close(stopped)
+				}))
+				var ran atomic.Int32
+				require.NoError(t, s.Submit(func() { ran.Add(1) }))
+				synctest.Wait()
+				close(gate)
+				<-stopped
+				close(qgate)
+				p.Stop()
+				q.StopWait()
+				assert.Zero(t, ran.Load(), "the task behind the stopper in its sub-pool of limit 1")
+				assertBalanced(t, p.Status())
+			})
+		})
+	}
+}
+
+// TestAStoppersSubpoolRunsNoMoreThanItsLimit: a sub-pool whose limit is
+// the pool's maximum: a task of it that waits in StopWait keeps its place,
+// so no more than the limit of its tasks run at once, the stopper's
+// included. The review saw one more in 3 of 3 runs: the scheduler took a
+// limit at the maximum for no limit, and a stopper does not count against
+// the maximum.
+func TestAStoppersSubpoolRunsNoMoreThanItsLimit(t *testing.T) {
+	for _, max := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint("max=limit=", max), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(max)
+				s := p.Subpool("s", max)
+				var c peakCounter
+				gate, stopped := make(chan struct{}), make(chan struct{})
+				require.NoError(t, s.Submit(func() { c.enter(); <-gate; p.StopWait(); c.leave(); close(stopped) }))
+				for range max + 3 {
+					require.NoError(t, s.Submit(func() { c.enter(); time.Sleep(time.Millisecond); c.leave() }))
+				}
+				synctest.Wait()
+				close(gate)
+				<-stopped
+				p.Stop()
+				assert.LessOrEqual(t, c.peak.Load(), int64(max), "tasks of a sub-pool of limit %d at once", max)
+				assertBalanced(t, s.Status())
+			})
+		})
+	}
+}
+
+// TestAResizeDownWhileATaskStopsThePoolRunsTheQueue: Resize(1) from
+// outside while a task's StopWait waits, with tasks queued: the stopper
+// does not count against the maximum, so one other worker stays to run
+// the queue, and the StopWait returns. The review saw it hang in 3 of 3
+// runs: the stopper was counted among the workers to retire, so all the
+// others retired.
+func TestAResizeDownWhileATaskStopsThePoolRunsTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(3)
+		gate, stopped, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-gate; p.StopWait(); close(stopped) }))
+		var c peakCounter
+		var ran atomic.Int32
+		for range 7 {
+			require.NoError(t, p.Submit(func() { c.enter(); <-release; c.leave(); ran.Add(1) }))
+		}
+		synctest.Wait()
+		close(gate) // the stopper waits; a worker starts in its place
+		synctest.Wait()
+		c.peak.Store(0)
+		p.Resize(1)
+		close(release)
+		<-stopped
+		assert.Equal(t, int32(7), ran.Load())
+		assert.LessOrEqual(t, c.peak.Load(), int64(2), "the running two finish; then one at a time")
+	})
+}
+
 // TestAStrandedQueueIsDroppedBesideAStoppingPanicHandler: a panic handler
 // that calls StopWait keeps its worker from being free for as long as it
 // waits; a keyed task waits in StopWait with its key's tasks behind. The
