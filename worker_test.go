@@ -476,9 +476,9 @@ func TestAStopFromATaskDropsTheTasksOnlyItHoldsBack(t *testing.T) {
 }
 
 // TestAStopFromATaskDropsNothingAnotherTaskWillFree: the same with a
-// sub-pool of limit 2, whose other place a slow task holds, or with a slow
-// task of the key running before the stopper's: once it ends, the queued
-// tasks run, one at a time, in the place it frees. None is dropped.
+// sub-pool of limit 2, whose other place a slow task holds: once it ends,
+// the queued tasks run, one at a time, in the place it frees. None is
+// dropped, also when the other task ends just as the stop comes.
 func TestAStopFromATaskDropsNothingAnotherTaskWillFree(t *testing.T) {
 	for _, how := range waitFromInside {
 		t.Run(how.name, func(t *testing.T) {
