@@ -72,6 +72,9 @@ type dispatcher struct {
 	// waits for them to exit. leavers counts those of them that called as
 	// they left, already counted out of the maximum.
 	stoppers, leavers int
+	// subWaiters counts the workers that wait in a sub-pool's Stop or
+	// StopWait, in stops: the loop does not wait for them to exit.
+	subWaiters int
 
 	// handed counts the tasks handed to workers, less those revoked, and
 	// quits the quits: together, what workers received or will.

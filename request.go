@@ -18,6 +18,7 @@ type request struct {
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
 	leaving  bool            // stopper: the worker is leaving (see leaving)
+	worker   bool            // subStop, subDrain: called by one of the pool's workers
 	done     chan struct{}
 }
 
@@ -308,6 +309,9 @@ func (d *dispatcher) stopLane(r *request) {
 	}
 	sub.stats.state.Store(int32(Stopping))
 	d.stops = append(d.stops, r)
+	if r.worker {
+		d.subWaiters++
+	}
 	d.collect()
 	d.answerStops()
 }
@@ -323,6 +327,9 @@ func (d *dispatcher) answerStops() bool {
 			return false
 		}
 		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
+		if r.worker {
+			d.subWaiters--
+		}
 		close(r.done)
 		return true
 	})
@@ -395,8 +402,11 @@ func (d *dispatcher) windDown() {
 	for {
 		d.collect()
 		d.answerStops()
-		if p.live.Load() <= int64(d.stoppers) {
-			break // all have exited, but the stoppers, and the clock
+		if p.live.Load() <= int64(d.stoppers+d.subWaiters) {
+			// All have exited, and the clock, but the stoppers and the
+			// workers whose sub-pool's stop waits for a stopper's task
+			// (it waits on once the pool has stopped: see Subpool.stop).
+			break
 		}
 		select {
 		case r := <-p.control:
@@ -415,10 +425,12 @@ func (d *dispatcher) windDown() {
 	}
 	p.dropped = len(d.dropped) > 0
 	d.setState(Stopped)
-	close(p.done)
 	// The stoppers, if any, exit once their calls return: the last one
-	// to go closes exited, or, if none is left, the dispatcher does.
+	// to go closes exited, or, if none is left, the dispatcher does. Set
+	// ended before done closes, so that a sub-pool's stop that done
+	// releases finds the workers looking (see Subpool.waitLastEnded).
 	p.ended.Store(true)
+	close(p.done)
 	if p.live.Load() == 0 {
 		p.closeExited()
 	}

@@ -41,6 +41,12 @@ type Subpool struct {
 	closed   atomic.Bool
 	stopping chan struct{}
 	once     sync.Once
+
+	// lastEnded is closed once the pool has stopped and no task of the
+	// sub-pool runs: a Stop or StopWait that the pool's stop overtook
+	// waits for it, made by the first of them (see waitLastEnded).
+	lastEnded       atomic.Pointer[chan struct{}]
+	lastEndedClosed atomic.Bool
 }
 
 // Subpool returns a new sub-pool of p called name, whose tasks run on p's
@@ -204,6 +210,7 @@ func (s *Subpool) stop(kind requestKind) []func() {
 	})
 	defer s.p.forget(s)
 	r := &request{kind: kind, sub: s, done: make(chan struct{})}
+	r.worker = s.p.onWorker(ownStack()) // the pool's stop does not wait for it
 	if s.p.request(r) {
 		select {
 		case <-r.done:
@@ -211,14 +218,37 @@ func (s *Subpool) stop(kind requestKind) []func() {
 		case <-s.p.done:
 		}
 	}
-	// The pool has stopped first: every task has ended, but the pool's
-	// stoppers', which end once their calls return, and which may be of
-	// this sub-pool. Wait for them, unless the caller is one.
-	if !s.p.onWorker(ownStack()) {
-		<-s.p.exited
-	}
+	// The pool has stopped first: what of the sub-pool still runs are
+	// tasks that called the pool's Stop, StopWait or Shutdown, which end
+	// once their calls return.
+	s.waitLastEnded()
 	s.stats.state.Store(int32(Stopped))
 	return r.tasks // written, if at all, before the pool stopped
+}
+
+// waitLastEnded waits, once the pool has stopped, until no task of s
+// runs. No task starts any more, so the count of those running only falls.
+func (s *Subpool) waitLastEnded() {
+	ch := make(chan struct{})
+	if !s.lastEnded.CompareAndSwap(nil, &ch) {
+		ch = *s.lastEnded.Load()
+	}
+	if s.stats.started.Load() == s.stats.ended.Load() {
+		return // the last to end may have looked before ended was made
+	}
+	<-ch
+}
+
+// noteLastEnded closes lastEnded, if a stop waits for it, once no task of
+// s runs: a worker that ends one of its tasks calls it once the pool has
+// stopped.
+func (s *Subpool) noteLastEnded() {
+	if s.stats.started.Load() != s.stats.ended.Load() {
+		return
+	}
+	if ch := s.lastEnded.Load(); ch != nil && s.lastEndedClosed.CompareAndSwap(false, true) {
+		close(*ch)
+	}
 }
 
 // forget takes s off the pool's list of sub-pools.

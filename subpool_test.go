@@ -769,3 +769,80 @@ func TestASubpoolsStopReturnsWhenItsOwnTaskStopsThePool(t *testing.T) {
 		})
 	}
 }
+
+// TestASubpoolsStopWaitsForItsOwnTasksBesideThePoolsStoppers: a task of
+// sub-pool s waits in the pool's StopWait (a stopper) and goes on for a
+// second after it returns. A sub-pool's Stop or StopWait, from a task of
+// the pool's own queue or of another sub-pool, or from another stopper,
+// called before or after the stopper's, returns once that task has ended: the pool's stop does not
+// wait for the worker that waits so. Called after the pool has stopped on
+// another sub-pool, idle, it returns at once. A second review saw the
+// first hang, the second return early and the third wait for the unrelated
+// stopper, each in 3 of 3 runs.
+func TestASubpoolsStopWaitsForItsOwnTasksBesideThePoolsStoppers(t *testing.T) {
+	for _, order := range []string{"stopper first", "sub-pool's stop first"} {
+		for _, kind := range []string{"StopWait", "Stop"} {
+			for _, from := range []string{"the pool's own queue", "another sub-pool", "a stopper"} {
+				t.Run(order+"/"+kind+"/"+from, func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						p := workerpool.New(3)
+						s, o := p.Subpool("s", 1), p.Subpool("o", 1)
+						gateA, gateB, subDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+						var ended atomic.Bool
+						require.NoError(t, s.Submit(func() {
+							<-gateA
+							p.StopWait()
+							time.Sleep(time.Second)
+							ended.Store(true)
+						}))
+						stopSub := func() {
+							<-gateB
+							if from == "a stopper" {
+								p.StopWait()
+							}
+							if kind == "Stop" {
+								s.Stop()
+							} else {
+								s.StopWait()
+							}
+							assert.True(t, ended.Load(), "the sub-pool's %s returned before its task ended", kind)
+							close(subDone)
+						}
+						if from != "the pool's own queue" {
+							require.NoError(t, o.Submit(stopSub))
+						} else {
+							require.NoError(t, p.Submit(stopSub))
+						}
+						synctest.Wait()
+						first, second := gateA, gateB
+						if order != "stopper first" {
+							first, second = gateB, gateA
+						}
+						close(first)
+						synctest.Wait()
+						close(second)
+						<-subDone // (synctest reports a deadlock if it never comes)
+						p.StopWait()
+						assert.Zero(t, p.Status().Workers)
+					})
+				})
+			}
+		}
+	}
+	t.Run("an idle sub-pool, after the pool stopped", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := workerpool.New(2)
+			s := p.Subpool("s", 1)
+			require.NoError(t, s.SubmitWait(func() {}))
+			gate := make(chan struct{})
+			require.NoError(t, p.Submit(func() { <-gate; p.StopWait(); time.Sleep(time.Second) }))
+			synctest.Wait()
+			close(gate)
+			synctest.Wait() // the pool has stopped; its stopper sleeps on
+			start := time.Now()
+			s.StopWait()
+			assert.Zero(t, time.Since(start), "waited for another queue's stopper")
+			p.StopWait()
+		})
+	})
+}

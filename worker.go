@@ -370,6 +370,9 @@ func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
 	if reported && !occupied {
 		p.stampIdle(w)
 	}
+	if sub != nil && p.ended.Load() {
+		sub.noteLastEnded() // a sub-pool's stop may wait for it, the loop gone
+	}
 	if p.listening.Load() {
 		p.signal() // a Pause, a stop or a free worker is awaited, or the report is
 	}
