@@ -73,8 +73,9 @@ type dispatcher struct {
 	// they left, already counted out of the maximum.
 	stoppers, leavers int
 	// subWaiters counts the workers that wait in a sub-pool's Stop or
-	// StopWait, in stops: the loop does not wait for them to exit.
-	subWaiters int
+	// StopWait, in stops, and subLeavers those of them that are leaving:
+	// the loop does not wait for them to exit.
+	subWaiters, subLeavers int
 
 	// handed counts the tasks handed to workers, less those revoked, and
 	// quits the quits: together, what workers received or will.

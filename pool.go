@@ -79,28 +79,30 @@
 // the task observer, or a [Local]'s open or close), Stop, StopWait and
 // Shutdown do the same, but do not wait for that worker, which would wait
 // for itself: they return once every other goroutine the pool started has
-// exited, and the worker exits once it returns to the pool. Called
-// elsewhere meanwhile, they wait for that worker too: for the rest of its
-// task. While it waits, the worker does not count against the maximum (nor
-// against a Resize that lowers it): the pool may start a worker in its
-// place, so that StopWait from the pool's only worker still runs the
-// queue. But a task keeps its sub-pool's place and its key while it
-// waits, and a sub-pool's Stop or StopWait returns once it has ended. So if every task still running waits so,
-// and every queued task waits for one of them to end (for its sub-pool's
-// place, or its key), no queued task can ever start: the pool drops them,
-// as Stop does (they count as Abandoned, a SubmitWait whose task it drops
-// returns ErrStopped, and Shutdown returns them with ErrStopped), rather
-// than wait for ever. Telling the pool's workers from other goroutines
-// costs these calls a read of their caller's stack trace, a few
-// microseconds.
+// exited, but workers that wait in a sub-pool's Stop or StopWait for a task
+// that waits so (see [Subpool.Stop]), and the worker exits once it returns
+// to the pool. Called elsewhere meanwhile, they wait for those workers
+// too: for the rest of their tasks. While it waits, the worker does not
+// count against the maximum (nor against a Resize that lowers it): the
+// pool may start a worker in its place, so that StopWait from the pool's
+// only worker still runs the queue. But a task keeps its sub-pool's place
+// and its key while it waits, and a sub-pool's Stop or StopWait returns
+// once it has ended. So if every task still running waits so, or waits in
+// a sub-pool's Stop or StopWait for such tasks, and every queued task
+// waits for one of them to end (for its sub-pool's place, or its key), no
+// queued task can ever start: the pool drops them, as Stop does (they
+// count as Abandoned, a SubmitWait whose task it drops returns
+// ErrStopped, and Shutdown returns them with ErrStopped), rather than
+// wait for ever. Telling the pool's workers from other goroutines costs
+// these calls a read of their caller's stack trace, a few microseconds.
 //
 // Other calls that wait for the pool can deadlock from inside a task of the
 // same pool: the task waits for the pool, and the pool for the task.
-// SubmitWait, Call, a Future's Wait, a Group's Wait and Map when every
-// worker is busy with tasks that wait so; Pause with a ctx that is never
-// done; a Submit when the queue is bounded and the policy is [Block], and
-// a SubmitKey or a sub-pool's submission under any policy of a bounded
-// queue.
+// SubmitWait, Call, a Future's Wait, a Group's Wait, Map, and a sub-pool's
+// Stop or StopWait, when every worker is busy with tasks that wait so;
+// Pause with a ctx that is never done; a Submit when the queue is bounded
+// and the policy is [Block], and a SubmitKey or a sub-pool's submission
+// under any policy of a bounded queue.
 //
 // # Panics
 //

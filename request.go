@@ -17,8 +17,8 @@ type request struct {
 	sub      *Subpool        // sub*: the sub-pool
 	cancel   []cancelable    // cancel: the tasks their submitters took back
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
-	leaving  bool            // stopper: the worker is leaving (see leaving)
 	worker   bool            // subStop, subDrain: called by one of the pool's workers
+	leaving  bool            // stopper, or worker: the worker is leaving (see leaving)
 	done     chan struct{}
 }
 
@@ -218,21 +218,24 @@ func (d *dispatcher) checkDeadline() bool {
 
 // checkStranded drops the queue if no task of it can ever start: the pool
 // is stopping, every task still running is a stopper's, which waits for
-// the stop, and every waiting task waits for one of them to end, for its
-// sub-pool's place or its key. It reports whether it did. Only the
-// workers' records say that no other task runs, and that none has ended
-// unreported (see taskDone), so it reads them, but only in that rare
-// state: some stopper's task runs, and no waiting task may start.
+// the stop, or waits in a sub-pool's stop, which waits for that sub-pool's
+// running tasks (the same kinds, or it would not wait: its waiting ones
+// are held back by those), and every waiting task waits for one of them
+// to end, for its sub-pool's place or its key. It reports whether it did.
+// Only the workers' records say that no other task runs, and that none
+// has ended unreported (see taskDone), so it reads them, but only in that
+// rare state: some stopper's task runs, and no waiting task may start.
 func (d *dispatcher) checkStranded() bool {
 	if !d.closed || d.dropping || d.stoppers == d.leavers || !d.sched.stuck() ||
 		!d.out.resolved() || !d.p.onWay.empty() {
 		return false
 	}
-	// A stopper is busy (in its task) or occupied (in a hook of it): if
-	// no other worker is either, no other task runs, and none has ended
+	// A stopper, or a worker in a sub-pool's stop, is busy (in its task)
+	// or occupied (in a hook of it), unless it is leaving: if no other
+	// worker is either, no other task runs, and none has ended
 	// unreported. Else the worker signals when it is free.
 	done, occupied := d.crew.tasksAndOccupied()
-	if d.handed-done+uint64(occupied) > uint64(d.stoppers-d.leavers) {
+	if d.handed-done+uint64(occupied) > uint64(d.stoppers-d.leavers+d.subWaiters-d.subLeavers) {
 		return false
 	}
 	d.collect() // the reports of every end counted in done
@@ -311,6 +314,9 @@ func (d *dispatcher) stopLane(r *request) {
 	d.stops = append(d.stops, r)
 	if r.worker {
 		d.subWaiters++
+		if r.leaving {
+			d.subLeavers++
+		}
 	}
 	d.collect()
 	d.answerStops()
@@ -329,6 +335,9 @@ func (d *dispatcher) answerStops() bool {
 		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
 		if r.worker {
 			d.subWaiters--
+			if r.leaving {
+				d.subLeavers--
+			}
 		}
 		close(r.done)
 		return true

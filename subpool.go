@@ -189,8 +189,12 @@ func (s *Subpool) Group(ctx context.Context) *Group {
 // Stop, Stop drops nothing: the pool's stop did.
 //
 // Calling Stop or StopWait from inside a task of the sub-pool deadlocks:
-// the task waits for the sub-pool, and the sub-pool for the task. A task of
-// the pool or of another sub-pool may call them.
+// the task waits for the sub-pool, and the sub-pool for the task; and so
+// do calls in a cycle (a task of s stops t while a task of t stops s). A
+// task of the pool or of another sub-pool may call them: it waits, and
+// counts against the pool's maximum meanwhile, as in SubmitWait. If a task
+// of the sub-pool waits in the pool's Stop, StopWait or Shutdown, they
+// return once that task has ended, after the pool has stopped.
 func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 
 // StopWait stops the sub-pool gracefully: it accepts no more tasks, and
@@ -210,7 +214,9 @@ func (s *Subpool) stop(kind requestKind) []func() {
 	})
 	defer s.p.forget(s)
 	r := &request{kind: kind, sub: s, done: make(chan struct{})}
-	r.worker = s.p.onWorker(ownStack()) // the pool's stop does not wait for it
+	if stack := ownStack(); s.p.onWorker(stack) {
+		r.worker, r.leaving = true, leaving(stack) // the pool's stop does not wait for it
+	}
 	if s.p.request(r) {
 		select {
 		case <-r.done:

@@ -846,3 +846,65 @@ func TestASubpoolsStopWaitsForItsOwnTasksBesideThePoolsStoppers(t *testing.T) {
 		})
 	})
 }
+
+// TestAStrandedQueueIsDroppedBesideWorkersInASubpoolsStop: Y, a task of
+// s3, waits in the pool's StopWait; X waits in s3's Stop or StopWait, for
+// Y; Q is queued behind X (on X's sub-pool of limit 1, or X's key), or
+// behind another stopper of s0 while X waits for s0. X can end only once
+// Y has, and Y only once the pool has stopped: Q is stranded, and dropped,
+// and an outside StopWait returns. A third review saw it hang in 22 of 22
+// shapes: the loop counted X as a task that could end.
+func TestAStrandedQueueIsDroppedBesideWorkersInASubpoolsStop(t *testing.T) {
+	for _, holder := range []string{"X's place", "X's key", "another stopper"} {
+		for _, kind := range []string{"Stop", "StopWait"} {
+			for _, order := range []string{"X first", "Y first"} {
+				t.Run(holder+"/"+kind+"/"+order, func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						p := workerpool.New(4)
+						s0, s3 := p.Subpool("s0", 1), p.Subpool("s3", 1)
+						gateY, gateX := make(chan struct{}), make(chan struct{})
+						require.NoError(t, s3.Submit(func() { <-gateY; p.StopWait() }))
+						target := s3
+						x := func() {
+							<-gateX
+							if kind == "Stop" {
+								target.Stop()
+							} else {
+								target.StopWait()
+							}
+						}
+						var qRan atomic.Bool
+						q := func() { qRan.Store(true) }
+						switch holder {
+						case "X's place":
+							require.NoError(t, s0.Submit(x))
+							require.NoError(t, s0.Submit(q))
+						case "X's key":
+							require.NoError(t, p.SubmitKey("k", x))
+							require.NoError(t, p.SubmitKey("k", q))
+						default:
+							target = s0
+							require.NoError(t, s0.Submit(func() { <-gateY; p.StopWait() }))
+							require.NoError(t, s0.Submit(q))
+							require.NoError(t, p.Submit(x))
+						}
+						synctest.Wait()
+						first, second := gateX, gateY
+						if order == "Y first" {
+							first, second = gateY, gateX
+						}
+						close(first)
+						synctest.Wait()
+						close(second)
+						p.StopWait() // (synctest reports a deadlock if it never returns)
+						assert.False(t, qRan.Load(), "the stranded task ran")
+						st := p.Status()
+						assert.Equal(t, uint64(1), st.Abandoned)
+						assertBalanced(t, st)
+						assert.Zero(t, st.Workers)
+					})
+				})
+			}
+		}
+	}
+}
