@@ -366,6 +366,47 @@ func stopHammer(t *testing.T, rounds, submitters, maxTasks int, kinds []hammerKi
 	}
 }
 
+// TestAStopFinishesWhileSubmittersKeepTryingAStoppedPool: on one P, eight
+// goroutines submit to the pool without pause, before and after it stops,
+// and each kind of stop must return. A submitter counted itself on its
+// way before it looked whether the pool was stopping; preempted between
+// the two, it held the count above zero, and with eight of them the loop
+// could wait for ever for a moment with none on its way (the hammer test
+// below hung once in about 400 stops under -race -cpu 1).
+func TestAStopFinishesWhileSubmittersKeepTryingAStoppedPool(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for mode := range stopModes {
+		for r := range min(rounds(40), 8) { // one P, spinning: each stop takes a while
+			p := workerpool.New(1 + r%2)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						_ = p.Submit(func() {})
+					}
+				})
+			}
+			for p.Status().Completed < 100 {
+				runtime.Gosched()
+			}
+			done := make(chan struct{})
+			go func() { stopPool(p, mode); close(done) }()
+			ok := waitOrTimeout(done, 10*time.Second) // a guard against a hang, not a measure
+			close(stop)
+			wg.Wait()
+			if !ok {
+				t.Fatalf("[%s %d] the stop did not return in 10s beside submitters that keep trying: %s", stopModeNames[mode], r, fmtStatus(p.Status()))
+			}
+		}
+	}
+}
+
 // Tasks that call Goexit, and panics whose handler calls Goexit, racing
 // every kind of stop: each stop returns, leaves no pool goroutine, and
 // Status says Stopped with no worker.
@@ -401,6 +442,8 @@ func TestStopRacingGoexitTasks(t *testing.T) {
 			done := make(chan struct{})
 			go func() { stopPool(p, mode); close(done) }()
 			if !waitOrTimeout(done, 5*time.Second) {
+				close(stop) // so that the test's spinning submitters do not slow all the rest
+				wg.Wait()
 				t.Fatalf("[%s %d] the stop did not return in 5s; status %+v", stopModeNames[mode], r, p.Status())
 			}
 			s := p.Status()

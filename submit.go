@@ -258,8 +258,14 @@ func (p *Pool) submit(ctx context.Context, m message, overflow Overflow, stop <-
 // so a submitter first counts itself on its way (p.onWay), then checks
 // p.closed: the dispatcher, which sets p.closed first and then reads the
 // count, finishes only once every submitter that got past the check has
-// handed its task over.
+// handed its task over. A submitter that sees p.closed before it counts
+// itself does not: else submitters that keep trying a stopped pool could
+// keep the count above zero, each preempted between its count and its
+// check, and the stop from ever finishing.
 func (p *Pool) send(m message) error {
+	if p.closed.Load() {
+		return ErrStopped
+	}
 	c := p.onWay.enter()
 	if p.closed.Load() {
 		p.leave(c)
@@ -318,6 +324,9 @@ func (o *onWay) empty() bool {
 // runHere runs t in its submitter, for CallerRuns, unless the pool has
 // stopped meanwhile: once it has, nothing is accepted, not even here.
 func (p *Pool) runHere(t task) error {
+	if p.closed.Load() {
+		return ErrStopped // uncounted, as in send
+	}
 	c := p.onWay.enter()
 	if p.closed.Load() {
 		p.leave(c)
