@@ -33,9 +33,10 @@ import (
 //     in order, to be handed out again: for a pause, a resize, a new
 //     queue's turn, a queue's place freed by a task's end, a stopper.
 //  6. a free worker: one that has finished its task, reported its end if
-//     it must, and is not in the panic handler or the task observer. A direct hand-off goes only to a
-//     free worker: the tasks of a queue whose busy key holds a task back,
-//     and every task while a Shutdown deadline is watched.
+//     it must, and is not in the panic handler or the task observer. A
+//     direct hand-off goes only to a free worker: the tasks of a queue
+//     whose busy key holds a task back, and every task while a Shutdown
+//     deadline is watched.
 //  7. a report: a worker tells the loop that a sub-pool's or a keyed task
 //     ended, or that it skipped a task given up, so that its place and its
 //     key are free again (task.go).

@@ -247,8 +247,9 @@ func (d *dispatcher) checkStranded() bool {
 }
 
 // dropQueue drops every waiting task, for Stop, a passed Shutdown
-// deadline or a stranded queue: those handed out that no worker has claimed, those in the
-// scheduler, and any that a submitter on its way hands over later.
+// deadline or a stranded queue: those handed out that no worker has
+// claimed, those in the scheduler, and any that a submitter on its way
+// hands over later.
 func (d *dispatcher) dropQueue() {
 	d.dropping = true
 	for _, e := range d.dropHandOffs(nil) {
