@@ -194,7 +194,9 @@ func (s *Subpool) Group(ctx context.Context) *Group {
 // task of the pool or of another sub-pool may call them: it waits, and
 // counts against the pool's maximum meanwhile, as in SubmitWait. If a task
 // of the sub-pool waits in the pool's Stop, StopWait or Shutdown, they
-// return once that task has ended, after the pool has stopped.
+// return once that task has ended, after the pool has stopped. To tell
+// the pool's workers from other callers, they read their caller's stack
+// trace: a few microseconds.
 func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 
 // StopWait stops the sub-pool gracefully: it accepts no more tasks, and
