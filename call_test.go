@@ -472,16 +472,7 @@ func TestThousandsOfCallsRacingControl(t *testing.T) {
 func TestCallWithANilContextOrSubmitterPanicsNamingIt(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
-	type misuse struct {
-		name, want string
-		ctx        context.Context
-		s          workerpool.Submitter
-	}
-	cases := []misuse{{"nil context", "workerpool: Call: nil context", nil, p}}
-	for _, ns := range nilSubmitters {
-		cases = append(cases, misuse{ns.name, "workerpool: Call: nil Submitter", context.Background(), ns.s})
-	}
-	for _, tc := range cases {
+	for _, tc := range nilArgCases("Call", p) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, fn := range []func(context.Context) (int, error){
 				func(context.Context) (int, error) { return 1, nil }, nil,

@@ -1,6 +1,7 @@
 package workerpool_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -219,6 +220,24 @@ var nilSubmitters = []struct {
 	{"nil interface", nil},
 	{"nil *Pool", (*workerpool.Pool)(nil)},
 	{"nil *Subpool", (*workerpool.Subpool)(nil)},
+}
+
+// A nilArgCase is a call of fn with a nil context or a nil Submitter, and
+// the panic it must raise.
+type nilArgCase struct {
+	name, want string
+	ctx        context.Context
+	s          workerpool.Submitter
+}
+
+// nilArgCases returns the calls of the function named fn with a nil
+// context (and a good Submitter, p) and with each nil Submitter.
+func nilArgCases(fn string, p workerpool.Submitter) []nilArgCase {
+	cases := []nilArgCase{{"nil context", "workerpool: " + fn + ": nil context", nil, p}}
+	for _, ns := range nilSubmitters {
+		cases = append(cases, nilArgCase{ns.name, "workerpool: " + fn + ": nil Submitter", context.Background(), ns.s})
+	}
+	return cases
 }
 
 // ---------------------------------------------------------------------------

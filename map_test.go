@@ -248,16 +248,7 @@ func TestMapWithANilContextOrSubmitterPanicsNamingIt(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
 	fn := func(_ context.Context, n int) (int, error) { return n, nil }
-	type misuse struct {
-		name, want string
-		ctx        context.Context
-		s          workerpool.Submitter
-	}
-	cases := []misuse{{"nil context", "workerpool: Map: nil context", nil, p}}
-	for _, ns := range nilSubmitters {
-		cases = append(cases, misuse{ns.name, "workerpool: Map: nil Submitter", context.Background(), ns.s})
-	}
-	for _, tc := range cases {
+	for _, tc := range nilArgCases("Map", p) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, items := range [][]int{{1, 2}, nil} {
 				assert.PanicsWithValue(t, tc.want, func() {
