@@ -356,28 +356,16 @@ func TestResizeDownUnderAFlood(t *testing.T) {
 			p := workerpool.New(n, workerpool.WithIdleTimeout(-1))
 			defer func() { p.Resize(n); p.Stop() }()
 			var ran, accepted atomic.Int64 // settle: 1s
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if p.Submit(func() { ran.Add(1) }) == nil {
-							accepted.Add(1)
-						}
-					}
-				})
-			}
+			stopSubmitters := spinning(4, func() {
+				if p.Submit(func() { ran.Add(1) }) == nil {
+					accepted.Add(1)
+				}
+			})
 			for ran.Load() < 2000 {
 				runtime.Gosched()
 			}
 			p.Resize(1)
-			close(stop)
-			wg.Wait()
+			stopSubmitters()
 			deadline := time.Now().Add(time.Second)
 			for time.Now().Before(deadline) && (ran.Load() < accepted.Load() || p.Status().Workers > 1) {
 				time.Sleep(time.Millisecond)

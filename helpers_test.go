@@ -259,3 +259,23 @@ func rounds(n int) int {
 	}
 	return n
 }
+
+// spinning runs n goroutines that each call f without pause until the
+// returned func is called, which waits for them to return.
+func spinning(n int, f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				f()
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}

@@ -378,28 +378,14 @@ func TestAStopFinishesWhileSubmittersKeepTryingAStoppedPool(t *testing.T) {
 	for mode := range stopModes {
 		for r := range min(rounds(40), 8) { // one P, spinning: each stop takes a while
 			p := workerpool.New(1 + r%2)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						_ = p.Submit(func() {})
-					}
-				})
-			}
+			stopSubmitters := spinning(8, func() { _ = p.Submit(func() {}) })
 			for p.Status().Completed < 100 {
 				runtime.Gosched()
 			}
 			done := make(chan struct{})
 			go func() { stopPool(p, mode); close(done) }()
 			ok := waitOrTimeout(done, 10*time.Second) // a guard against a hang, not a measure
-			close(stop)
-			wg.Wait()
+			stopSubmitters()
 			if !ok {
 				t.Fatalf("[%s %d] the stop did not return in 10s beside submitters that keep trying: %s", stopModeNames[mode], r, fmtStatus(p.Status()))
 			}
