@@ -17,7 +17,7 @@ import (
 func (p *Pool) Pause(ctx context.Context) {
 	mustContext("Pause", ctx)
 	r := &request{kind: pauseRequest, ctx: ctx, done: make(chan struct{})}
-	if !p.sendRequest(r, p.stopping, ctx.Done()) {
+	if !p.s.sendRequest(r, p.s.stopping, ctx.Done()) {
 		return
 	}
 	select {
@@ -34,57 +34,36 @@ func (p *Pool) Pause(ctx context.Context) {
 //
 // Resize panics if n < 1 or n is below the pool's MinWorkers.
 func (p *Pool) Resize(n int) {
-	if n < 1 || n < p.cfg.minWorkers {
-		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.cfg.minWorkers))
+	if n < 1 || n < p.s.cfg.minWorkers {
+		panic(fmt.Sprintf("workerpool: Resize(%d): the maximum must be at least 1 and at least MinWorkers (%d)", n, p.s.cfg.minWorkers))
 	}
 	r := &request{kind: resizeRequest, n: n, done: make(chan struct{})}
-	if p.request(r) {
+	if p.s.request(r) {
 		<-r.done
 	}
 }
 
 // Size returns the current maximum number of workers.
-func (p *Pool) Size() int { return int(p.stats.maxWorkers.Load()) }
+func (p *Pool) Size() int { return int(p.s.stats.maxWorkers.Load()) }
 
 // WaitingQueueSize returns the number of tasks waiting for a worker.
 func (p *Pool) WaitingQueueSize() int {
-	inHand := p.stats.inHand.Load()
-	return p.waiting(inHand, p.stats.workersAndTasks())
-}
-
-// isStopping reports whether the dispatcher has stopped accepting tasks.
-func (p *Pool) isStopping() bool {
-	select {
-	case <-p.stopping:
-		return true
-	default:
-		return false
-	}
+	inHand := p.s.stats.inHand.Load()
+	return p.s.waiting(inHand, p.s.workersAndTasks())
 }
 
 // Stopped reports whether Stop, StopWait or Shutdown has been called. Once
 // such a call has returned, every submission fails with [ErrStopped]. The
 // pool may still be finishing tasks; [Pool.Status] tells whether it has.
 func (p *Pool) Stopped() bool {
-	return p.stopCalled.Load() || p.drainCalled.Load() || p.isStopping()
-}
-
-// request sends r to the dispatcher, unless it has finished. It does not
-// wait for r.done.
-func (p *Pool) request(r *request) bool { return p.sendRequest(r, p.done, nil) }
-
-// sendRequest sends r to the dispatcher on p.tasks, where it waits for
-// submissions alone, or on p.control, which it receives otherwise. It gives
-// up, and returns false, once either of the two channels is closed (nil:
-// never).
-func (p *Pool) sendRequest(r *request, giveUp, cancel <-chan struct{}) bool {
+	s := p.s
+	if s.stopCalled.Load() || s.drainCalled.Load() {
+		return true
+	}
 	select {
-	case p.tasks <- message{req: r}:
-	case p.control <- r:
-	case <-giveUp:
-		return false
-	case <-cancel:
+	case <-s.stopping:
+		return true
+	default:
 		return false
 	}
-	return true
 }

@@ -1,124 +1,120 @@
 package workerpool
 
 import (
+	"math"
 	"runtime"
 
+	"github.com/dispatchkit/workerpool/internal/handoff"
 	"github.com/gammazero/deque"
 )
 
 // The loop: the pool's one dispatcher goroutine, which owns every field of
-// dispatcher: nothing else reads or writes them, so none needs a lock. What
-// others may see it publishes in Pool.stats.
+// loop: nothing else reads or writes them, so none needs a lock. What
+// others may see it publishes in state.stats.
 //
 // It receives, asks the scheduler, and acts. It receives submissions and
 // requests, and the workers' signals; it asks the scheduler where a task
-// goes and which goes next; and it acts: it hands tasks to workers, starts
-// workers, takes hand-offs back, and answers requests.
+// goes and which goes next; and it acts: it gives tasks to the hand-off,
+// starts workers, takes tasks back, and answers requests.
 //
-// Between the loop and the workers there are these ten words, each with
-// one meaning:
-//  1. a hand-off: a task sent on Pool.work, in a slot of a ring, with the
-//     send's number; a worker claims it, or the loop revokes it
-//     (handoff.go).
-//  2. a quit: a hand-off with no slot, which the loop has counted out: the
-//     worker exits. A stop, the reaping clock and a Resize that lowers the
-//     maximum (to parked workers) send quits.
-//  3. a retirement: a hand-off with no slot that a worker counts itself
-//     out for, if the maximum has not risen again: Resize sends them when
-//     it lowers the maximum, ahead of any task.
-//  4. the buffer: Pool.work's capacity, where hand-offs wait for the next
-//     worker to come free. The loop fills it in turn order; when it is
-//     full, the loop offers the next hand-off to it in its select.
-//  5. a recall: revoking pending hand-offs and putting their tasks back,
-//     in order, to be handed out again: for a pause, a resize, a new
-//     queue's turn, a queue's place freed by a task's end, a stopper.
-//  6. a free worker: one that has finished its task, reported its end if
-//     it must, and is not in the panic handler or the task observer. A
-//     direct hand-off goes only to a free worker: the tasks of a queue
-//     whose busy key holds a task back, and every task while a Shutdown
-//     deadline is watched.
-//  7. a report: a worker tells the loop that a sub-pool's or a keyed task
-//     ended, or that it skipped a task given up, so that its place and its
-//     key are free again (task.go).
-//  8. listening: the loop waits for the workers; they signal it (on
-//     Pool.wake) when they claim a hand-off or end a task.
-//  9. the record of a worker: the tasks it finished, whether it is busy,
-//     and when it went idle, which the reaping clock reads (reap.go).
-//  10. a stopper: a worker whose task (or a hook of it, or a Local's
-//     close) called Stop, StopWait or Shutdown. It no longer counts
-//     against the maximum, and the loop does not wait for it to exit. A
-//     queue that only stoppers' tasks hold back is stranded: dropped.
+// Between the loop and the workers there are these words, each with one
+// meaning:
+//  1. the hand-off: the one type between the loop's decision that a task
+//     goes to a worker and that worker's start (internal/handoff).
+//  2. giving: the loop hands a task to the hand-off, which puts it with a
+//     parked worker, a new worker, or the outbox.
+//  3. the outbox: the tasks given and not yet taken by a worker, which the
+//     next worker to come free takes without waiting for the loop. It
+//     holds tasks only while no worker is parked.
+//  4. a parked worker: one that found the outbox empty and waits in the
+//     hand-off for a task: a free worker.
+//  5. taking back: the loop removes tasks from the outbox that no worker
+//     has started, to put them back in the scheduler or drop them.
+//  6. next: a worker's call for its next task, which reports the end of
+//     its last.
+//  7. an end: a worker reports that a task ended whose end the scheduler
+//     must hear of (a sub-pool's, or a keyed one).
+//  8. listening: before it waits, the loop tells the hand-off what it
+//     waits to hear of (an end, a parked worker, room in the outbox, no
+//     task running), and the hand-off signals it once.
+//  9. the crew: the workers' records, which Status sums.
+//  10. lending: a worker whose task waits on its own pool (a stop from
+//     inside) lends its place while it waits: it counts against neither
+//     the maximum nor its sub-pool's limit, so another worker can run the
+//     queue.
 //
 // The common case has a path of its own: while nothing waits in the
-// scheduler and no request is under way, the loop is quiet: it does a
-// plain receive, cheaper than a select, and hands each task out as it
-// comes (receive, accept, handOut).
-type dispatcher struct {
-	p     *Pool
+// scheduler, no task runs whose end the scheduler must hear of, and no
+// request is under way, the loop is quiet: it does a plain receive,
+// cheaper than a select, and gives each task as it comes.
+type loop struct {
+	s     *state
+	h     *handoff.Handoff[entry]
 	sched *scheduler
-	max   int      // the current maximum of workers (Resize changes it)
-	out   handOffs // the hand-offs sent on Pool.work
-	crew  crew     // the workers, for reaping and Status
-	clock reapClock
+	max   int // the maximum of workers (Resize changes it)
 
-	// quiet says that the loop may do a plain receive: nothing waits in
-	// the scheduler, no request is under way and the queue has room. The
+	// quiet says that the loop may do a plain receive (see calm). The
 	// loop clears it whenever that may have changed, and sets it only
-	// once it has checked (see calm).
+	// once it has checked.
 	quiet bool
-	// listening mirrors Pool.listening.
-	listening bool
-	// stoppers counts the workers that called Stop, StopWait or Shutdown
-	// themselves: the loop neither counts them against the maximum nor
-	// waits for them to exit. leavers counts those of them that called as
-	// they left, already counted out of the maximum.
-	stoppers, leavers int
-	// subWaiters counts the workers that wait in a sub-pool's Stop or
-	// StopWait, in stops, and subLeavers those of them that are leaving:
-	// the loop does not wait for them to exit.
-	subWaiters, subLeavers int
 
-	// handed counts the tasks handed to workers, less those revoked, and
-	// quits the quits: together, what workers received or will.
-	handed, quits uint64
-	// owedRetires counts the retirements a Resize lowering the maximum has
-	// yet to send: the buffer was full.
-	owedRetires int
-	submitted   uint64 // tasks accepted; published as stats.submitted
-	unplaced    int    // tasks accepted in a row that had to wait; see letWorkersRun
+	// seq numbers the tasks accepted; handed counts the tasks given, less
+	// those taken back: with those waiting in the scheduler, the tasks in
+	// hand that Status counts (see stats.inHand).
+	seq, handed uint64
+	// outQueue is the queue of every task in the outbox, if outMixed is
+	// unset: the loop gave it only that queue's tasks since it last took
+	// everything back.
+	outQueue *queue
+	outMixed bool
+	unplaced int // tasks accepted in a row that had to wait; see letWorkersRun
 
-	back    []entry  // revoke's scratch
-	turns   []int64  // and the turns of what it took back
-	got     []report // reports taken from Pool.reports, reused
+	// Lending. lent is how many places workers that wait on the pool lend
+	// now, at most the maximum; stoppers counts the workers that called
+	// Stop, StopWait or Shutdown, leavers those of them that did so as they
+	// exited, holding no place, and waiters the workers that wait on the
+	// pool otherwise: the loop waits for none of them to exit. loans is
+	// what each waiter lent, by its goroutine's number; lentTasks holds
+	// the seqs of the stoppers' tasks whose sub-pool places are lent until
+	// they end.
+	lent, stoppers, leavers, waiters int
+	loans                            map[uint64]loan
+	lentTasks                        map[uint64]bool
+	stopperIDs                       map[uint64]bool
+	goid                             uint64 // the loop's goroutine, once asked (see loopID)
+
+	back    []entry // scratch for take-backs
+	ends    []entry // scratch for ends
 	stops   []*request
-	dropped []entry // the tasks Stop or a Shutdown deadline dropped, for Stop to return
+	dropped []entry // the tasks a stop dropped, for Stop to return
 
 	paused   bool
 	pauseEnd <-chan struct{} // Done of the current pause's context
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[*request]
 
-	closed    bool              // Stop, StopWait or Shutdown was called: accept nothing more (as Pool.closed)
+	closed    bool              // Stop, StopWait or Shutdown was called: accept nothing more (as state.closed)
 	dropping  bool              // Stop or a passed deadline dropped the queue: drop what comes
-	down      bool              // the loop has ended and Pool.work is closed
+	down      bool              // the loop has handed out everything and closed the hand-off
 	deadlines []<-chan struct{} // the Shutdown contexts' Done channels
 }
 
-// run is the dispatcher goroutine. It returns, closing p.done, once the pool
-// is stopped, every task it accepted has ended or been dropped, and every
-// goroutine it started has exited.
-func (d *dispatcher) run(started chan<- struct{}) {
-	p := d.p
-	p.dispatcherID.Store(goroutineID())
-	for range p.cfg.minWorkers {
-		d.start(entry{lane: &d.sched.own}, false)
-	}
-	close(started)
+// A loan is what a worker that waits on the pool lent: a place under the
+// maximum, and its task's place under its sub-pool's limit (task set).
+type loan struct {
+	place bool
+	task  *entry
+}
+
+// run is the loop's goroutine. It returns, closing done, once the pool is
+// stopped, every task it accepted has ended or been dropped, and every
+// goroutine it started has exited but the stoppers.
+func (d *loop) run() {
 	for {
 		if d.quiet {
-			// Nothing to hand out and nothing to watch but submissions: a
-			// plain receive will do. Requests come on p.tasks too.
-			d.receive(<-p.tasks)
+			// Nothing to hand out and nothing to hear of but submissions:
+			// a plain receive will do. Requests come on tasks too.
+			d.receive(<-d.s.tasks)
 			continue
 		}
 		d.settle()
@@ -128,163 +124,135 @@ func (d *dispatcher) run(started chan<- struct{}) {
 		if d.quiet = d.calm(); d.quiet {
 			continue
 		}
-		if d.listen(d.waitsForWorkers()) {
-			// A worker may have done something before it could see
-			// listening, and not told: look at everything again, whether
-			// the loop is finished included.
-			continue
+		if d.listen() {
+			continue // what it would wait for has happened
 		}
 		checkLoop(d)
 		d.wait()
 	}
-	d.listen(true)
 	d.windDown()
 }
 
-// wait waits for what the loop can use: a submission or a request, room
-// in the buffer for the next hand-off, the end of a pause, or a worker's
-// signal.
-func (d *dispatcher) wait() {
-	p := d.p
+// wait waits for what the loop can use: a submission or a request, the
+// end of a pause, or a signal of the hand-off.
+func (d *loop) wait() {
+	s := d.s
 	// Receive submissions only while the queue has room, so that Block
 	// submitters wait in their send while a bounded queue is full.
-	// Meanwhile requests come on p.control: a select locks every channel
-	// it watches, and p.tasks is the most contended of all.
+	// Meanwhile requests come on control: a select locks every channel it
+	// watches, and tasks is the most contended of all.
 	var tasks <-chan message
 	var control <-chan *request
 	var reject chan<- struct{}
 	switch {
 	case d.receiving():
-		tasks = p.tasks
+		tasks = s.tasks
 	case !d.closed:
-		control, reject = p.control, p.reject
+		control, reject = s.control, s.reject
 	default:
-		control = p.control
+		control = s.control
 	}
-	var work chan<- handOff
-	next, offered := d.offer()
-	if offered {
-		work = p.work
-	}
-	// The select only learns what happened; the loop acts after it, once
-	// the offer, if it was not taken, is undone: acting may ready another.
-	var m message
-	var r *request
-	var what waitResult
 	select {
-	case m = <-tasks:
-		what = gotMessage
+	case m := <-tasks:
+		d.receive(m)
 	case reject <- struct{}{}:
 		// A submitter that does not wait learned that the queue is full;
 		// it counts the outcome itself.
-		what = toldFull
-	case work <- next:
-		// A worker took a hand-off from the full buffer: the next went in.
-		what = offerTaken
-	case r = <-control:
-		what = gotRequest
-	case <-d.pauseEnd:
-		what = pauseEnded
-	case <-p.wake:
-		// A worker did something the loop listens for; settle looks.
-		what = signalled
-	}
-	if offered && what != offerTaken {
-		d.out.unprepare()
-	}
-	switch what {
-	case gotMessage:
-		d.receive(m)
-	case offerTaken:
-		d.sentOffer(next)
-	case gotRequest:
+	case r := <-control:
 		d.handle(r)
-	case pauseEnded:
+	case <-d.pauseEnd:
 		d.endPause()
-	case toldFull, signalled:
+	case <-s.wake:
+		// The hand-off signalled what the loop listened for; settle looks.
 	}
 }
 
-// A waitResult says which of wait's cases the select took.
-type waitResult uint8
-
-const (
-	gotMessage waitResult = iota
-	toldFull
-	offerTaken
-	gotRequest
-	pauseEnded
-	signalled
-)
-
-// settle brings the loop up to date before it waits: it takes the
-// workers' reports, drops the queue if a Shutdown deadline has passed,
-// answers what waits for running tasks, and hands out what may go. It
-// reports whether it did anything.
-func (d *dispatcher) settle() bool {
-	did := d.collect()
-	did = d.checkDeadline() || did
-	did = d.checkStranded() || did
-	did = d.checkPauseAck() || did
-	did = d.answerStops() || did
-	did = d.sendRetirements() || did
-	return d.fill() || did
+// settle brings the loop up to date before it waits: it takes the ends
+// the workers reported, drops the queue if a Shutdown deadline has passed
+// or nothing left can start, answers what waits for running tasks, and
+// hands out what may go.
+func (d *loop) settle() {
+	d.collect()
+	d.checkDeadline()
+	d.checkStranded()
+	d.checkPauseAck()
+	d.answerStops()
+	d.fill()
 }
 
 // calm reports whether the loop may go quiet: nothing waits to be handed
 // out, no task is out whose end the scheduler must hear of (a key, a
 // sub-pool's place: a key costs memory only while its tasks wait or run),
 // and nothing else is under way but tasks.
-func (d *dispatcher) calm() bool {
-	return d.sched.waiting == 0 && d.sched.reported == 0 && !d.closed && !d.paused && d.pauseAck == nil &&
-		len(d.stops) == 0 && d.owedRetires == 0 && d.room()
+func (d *loop) calm() bool {
+	return d.sched.Waiting() == 0 && d.sched.Reported() == 0 && !d.closed && !d.paused &&
+		d.pauseAck == nil && len(d.stops) == 0 && d.room()
 }
 
-// waitsForWorkers reports whether the loop waits for something only a
-// worker can tell it: a task that ends (for a pause, a stop, a report, a
-// free worker), or a hand-off that is claimed (for room in a bounded
-// queue, or to finish). A full buffer needs no signal: the loop offers it
-// the next hand-off.
-func (d *dispatcher) waitsForWorkers() bool {
-	if d.pauseAck != nil || len(d.stops) > 0 || d.closed || d.owedRetires > 0 || d.sched.reported > 0 {
-		return true
+// listen tells the hand-off what the loop waits to hear of from the
+// workers, and reports whether it has happened already.
+func (d *loop) listen() bool {
+	var w handoff.Want
+	roomAt, idleAt := -1, 0
+	if d.sched.Reported() > 0 {
+		w |= handoff.WantEnds // a key or a place to free, a sub-pool's stop to answer
 	}
-	if d.paused || d.sched.waiting == 0 {
-		return !d.room() // duds in the buffer hold its room
+	if d.pauseAck != nil {
+		w |= handoff.WantIdle // no task may run for the pause to hold
 	}
-	_, offering := d.offerable()
-	return !offering
+	if d.closed && d.waitingOnPool() > 0 && d.sched.Stuck() && d.s.onWay.empty() {
+		// A queue that only tasks waiting on the pool hold back is
+		// stranded: the loop looks again once the outbox is empty and no
+		// other task runs (see checkStranded).
+		if d.h.Len() > 0 {
+			w |= handoff.WantRoom
+			roomAt = max(roomAt, 0)
+		} else {
+			w |= handoff.WantIdle
+			idleAt = d.waitingOnPool()
+		}
+	}
+	if bound := d.s.cfg.maxWaiting; bound > 0 && !d.room() {
+		w |= handoff.WantRoom // a bounded queue waits for a task to leave the outbox
+		roomAt = bound - d.sched.Waiting() - 1
+	}
+	if !d.paused && !d.dropping {
+		if e, ok := d.sched.Peek(); ok {
+			if d.sched.MayBuffer(e.Queue) {
+				w |= handoff.WantRoom // the outbox is full: refill it once half is taken
+				roomAt = max(roomAt, d.h.Depth()/2)
+			} else {
+				w |= handoff.WantPark // a direct task waits for a free worker
+			}
+		}
+	}
+	return d.h.Listen(w, roomAt, idleAt)
 }
 
-// listen sets Pool.listening to on, if it is not already, and reports
-// whether it was off and is now on: then the loop looks again.
-func (d *dispatcher) listen(on bool) bool {
-	if on == d.listening {
-		return false
-	}
-	d.listening = on
-	d.p.listening.Store(on)
-	return on
-}
+// waitingOnPool returns how many running tasks wait on the pool: those of
+// the stoppers, but those that stopped as they exited, and of the other
+// workers that wait on it.
+func (d *loop) waitingOnPool() int { return d.stoppers - d.leavers + d.waiters }
 
 // finished reports whether the loop is done: the pool is stopping, no task
-// waits, every hand-off is claimed or revoked, and no submitter is on its
-// way (none that passed its check of Pool.closed is still to hand over).
-func (d *dispatcher) finished() bool {
-	return d.closed && d.sched.waiting == 0 && d.out.resolved() && d.p.onWay.empty()
+// waits in the scheduler, and no submitter is on its way (none that passed
+// its check of state.closed is still to hand over). The outbox may still
+// hold tasks: the workers take them before they exit.
+func (d *loop) finished() bool {
+	return d.closed && d.sched.Waiting() == 0 && d.s.onWay.empty()
 }
 
-// receiving reports whether the loop receives on p.tasks: while the queue
-// has room, and once closed only from the submitters that passed their
-// check of p.closed before it was set.
-func (d *dispatcher) receiving() bool {
-	return d.room() && (!d.closed || d.cfg().maxWaiting == 0)
+// receiving reports whether the loop receives on state.tasks: while the
+// queue has room, and once closed only from the submitters that passed
+// their check of state.closed before it was set.
+func (d *loop) receiving() bool {
+	return d.room() && (!d.closed || d.s.cfg.maxWaiting == 0)
 }
 
 // receive takes m, a submission or a request, then whatever else is
-// already waiting on p.tasks, without going round the loop for each, and
-// publishes the tasks in hand once.
-func (d *dispatcher) receive(m message) {
+// already waiting on state.tasks, without going round the loop for each,
+// and publishes the tasks in hand once.
+func (d *loop) receive(m message) {
 	for n := 1; ; n++ {
 		if m.req != nil {
 			d.handle(m.req)
@@ -295,7 +263,7 @@ func (d *dispatcher) receive(m message) {
 			break
 		}
 		select {
-		case m = <-d.p.tasks:
+		case m = <-d.s.tasks:
 			continue
 		default:
 		}
@@ -304,150 +272,229 @@ func (d *dispatcher) receive(m message) {
 	d.publishInHand()
 }
 
-// accept takes a submitted task: to a worker at once if it may start and
-// nothing waits, else into the scheduler.
-func (d *dispatcher) accept(m message) {
+// accept takes a submitted task: to the hand-off at once if it may start
+// and nothing waits, else into the scheduler.
+func (d *loop) accept(m message) {
 	// Submitted before the task can start, so that no Status sees it
 	// Completed and not Submitted.
-	d.submitted++
-	d.p.stats.submitted.Store(d.submitted)
-	if m.sub == nil && !m.keyed && d.quiet {
+	d.seq++
+	d.s.stats.submitted.Store(d.seq)
+	if m.lane == nil && !m.keyed && d.quiet {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits.
-		e := entry{task: m.task, lane: &d.sched.own, seq: d.sched.nextSeq(), accepted: d.acceptedNow()}
-		if e.w != nil {
+		e := entry{Task: m.task, Queue: d.sched.Own(), Seq: d.seq, Accepted: d.acceptedNow(), Turn: d.sched.NextTurn()}
+		if e.W != nil {
 			noteSpot(e) // a Call's or a Group's: its submitter may give up
 		}
-		if d.out.allOf(e.lane) && d.handOut(e, d.sched.nextTurn()) {
-			d.sched.start(e)
-			if d.cfg().maxWaiting > 0 && !d.room() {
-				d.quiet = false // the buffer holds all that may wait
-			}
+		if d.outboxAllOf(e.Queue) && d.give(e, false) {
+			d.sched.Start(e)
+			d.quiet = d.room() // the outbox may hold all that may wait
 			return
 		}
 		d.quiet = false
 		d.waitOrDrop(e)
 		return
 	}
-	var l *lane
-	if m.sub != nil {
-		l = m.sub.lane
-		m.sub.stats.submitted.Add(1)
+	q := d.sched.Own()
+	if m.lane != nil {
+		q = m.lane.queue
+		m.lane.stats.submitted.Add(1)
 	}
 	d.collect() // ends that free the task's place or key
-	e := d.sched.admit(m.task, l, m.key, m.keyed, d.acceptedNow())
-	if e.w != nil {
+	e := d.sched.Admit(m.task, q, m.key, m.keyed, d.seq, d.acceptedNow())
+	if e.W != nil {
 		noteSpot(e)
 	}
-	if !d.dropping && !d.paused && d.sched.startsNow(e) && d.out.allOf(e.lane) && d.mayBuffer(e.lane) && d.handOut(e, d.sched.nextTurn()) {
-		d.sched.start(e)
-		d.publishLane(e.lane)
-		if d.cfg().maxWaiting > 0 && !d.room() {
-			d.quiet = false
+	if !d.dropping && !d.paused && d.sched.StartsNow(e) && d.outboxAllOf(e.Queue) {
+		e.Turn = d.sched.NextTurn()
+		if d.give(e, false) {
+			d.sched.Start(e)
+			d.publishLane(e.Queue)
+			d.quiet = d.quiet && !e.Reported() && d.room() // the loop hears of its end
+			return
 		}
-		return
 	}
 	d.quiet = false
 	d.waitOrDrop(e)
 }
 
 // waitOrDrop puts e, which may not start now, into the scheduler, or drops
-// it if Stop dropped the queue: a submitter on its way handed it over
-// since. If e's lane had no task waiting and the buffer holds other
-// lanes' hand-offs, they come back first, so that e's lane takes its turn
-// after theirs, not after every one handed out ahead.
-func (d *dispatcher) waitOrDrop(e entry) {
+// it if a stop dropped the queue: a submitter on its way handed it over
+// since. If e's queue had no task waiting and the outbox may hold other
+// queues' tasks, they come back first, so that e's queue takes its turn
+// after one of theirs, not after every one given ahead.
+func (d *loop) waitOrDrop(e entry) {
 	if d.dropping {
 		d.drop(e)
 		return
 	}
-	if e.lane.waiting == 0 && !d.out.allOf(e.lane) {
-		d.recall(0)
+	if e.Queue.Waiting() == 0 && !d.outboxAllOf(e.Queue) {
+		d.takeBack(nil)
 	}
-	d.sched.wait(e)
-	d.publishLane(e.lane)
-	d.noteWaiting(e.lane)
+	d.sched.Wait(e)
+	d.publishLane(e.Queue)
+	d.noteWaiting(e.Queue)
 	d.letWorkersRun()
+}
+
+// outboxAllOf reports whether every task in the outbox is of queue q: then
+// a task of q may follow them there without waiting for a turn, which
+// would come after them anyway. Else it waits in the scheduler, so that
+// the queues take turns.
+func (d *loop) outboxAllOf(q *queue) bool {
+	if !d.outMixed && (d.outQueue == nil || d.outQueue == q) {
+		return true
+	}
+	if d.h.Len() > 0 {
+		return false
+	}
+	d.outQueue, d.outMixed = nil, false // the workers emptied it
+	return true
 }
 
 // acceptedNow returns the time of a task accepted now, for its timing, or
 // 0 if the pool does not time its tasks.
-func (d *dispatcher) acceptedNow() int64 {
-	if !d.cfg().timings {
+func (d *loop) acceptedNow() int64 {
+	if !d.s.cfg.timings {
 		return 0
 	}
-	return d.p.now()
+	return d.s.now()
 }
 
-// fill hands out waiting tasks, in turn order, as many as may go, and
-// reports whether it handed out any.
-func (d *dispatcher) fill() bool {
-	if d.paused || d.dropping || d.sched.waiting == 0 {
-		return false
+// fill hands out waiting tasks, in turn order, as many as may go.
+func (d *loop) fill() {
+	if len(d.deadlines) > 0 {
+		d.checkDeadline() // no queued task starts once a deadline has passed
 	}
-	if d.deadlines != nil && d.checkDeadline() {
-		return true // no queued task starts once a deadline has passed
+	if d.paused || d.dropping || d.sched.Waiting() == 0 {
+		return
 	}
-	if d.sched.rejoined {
-		// A lane passed over took its place back: what was handed out
+	if turn, ok := d.sched.Rejoined(); ok {
+		// A queue passed over took its place back: what was handed out
 		// after its turn comes back, to go after it.
-		d.sched.rejoined = false
-		d.recallAfter(d.sched.lowJoin)
+		d.takeBack(func(e entry) bool { return e.Turn > turn })
 	}
-	free := -1 // free workers, counted once if a direct hand-off needs it
 	did := false
 	for {
-		e, ok := d.sched.peek()
-		if !ok {
+		e, ok := d.sched.Peek()
+		if !ok || !d.give(e, !d.sched.MayBuffer(e.Queue)) {
 			break
 		}
-		direct := !d.mayBuffer(e.lane)
-		if direct && d.working() >= d.max {
-			if len(d.p.work) > 0 {
-				break // a free worker would take what the buffer holds first
-			}
-			if free < 0 {
-				// Count the free workers, then take the reports: a worker
-				// counted free has reported the end of its task, which may
-				// free a key whose task goes before this one.
-				free = d.freeWorkers()
-				if d.collect() {
-					continue
-				}
-			}
-			if free == 0 {
-				break
-			}
-			free--
-		}
-		if !d.handOut(e, e.lane.turn) {
-			break
-		}
-		d.sched.take()
+		d.sched.Take()
+		d.publishLane(e.Queue)
 		did = true
 	}
 	if did {
 		d.unplaced = 0
 		d.publishInHand()
 	}
-	return did
 }
 
-// mayBuffer reports whether a task of lane l may wait in the hand-off
-// buffer: not while a busy key holds back a task of l, nor while a
-// Shutdown deadline is watched, so that no task waits where a worker could
-// take it once the deadline has passed.
-func (d *dispatcher) mayBuffer(l *lane) bool {
-	return d.deadlines == nil && d.sched.mayBuffer(l)
+// give gives e, a task that may start, to the hand-off, and reports
+// whether it took it. A direct task goes only to a worker free to start
+// it at once: the tasks of a queue whose busy key holds a task back, so
+// that once its key is free that task finds none of its queue handed out
+// before it.
+func (d *loop) give(e entry, direct bool) bool {
+	switch d.h.Give(e, direct) {
+	case handoff.Full:
+		return false
+	case handoff.Start:
+		d.startWorker(e, withTask)
+	case handoff.Outbox:
+		if d.outQueue != e.Queue {
+			d.outMixed = d.outMixed || d.outQueue != nil
+			d.outQueue = e.Queue
+		}
+	}
+	d.handed++
+	if l := laneOf(&e); l != nil {
+		l.handed++
+	}
+	return true
 }
+
+// startWorker starts a worker, with e as its first task if how is
+// withTask, counted busy before the worker runs: Status shows it at once.
+// If e's submitter gave up on it, the worker starts idle, having skipped
+// it, as a worker that receives such a task does.
+func (d *loop) startWorker(e entry, how start) {
+	w := new(worker)
+	if how == withTask {
+		l := laneOf(&e)
+		if e.W != nil && !e.W.take() {
+			d.s.skip(w, &e, l)
+			how = skipped // it reports the task's end first, as after a task
+		} else {
+			w.phase.Store(1)
+			if l != nil {
+				l.stats.started.Add(1)
+			}
+		}
+	}
+	d.s.crew.join(w)
+	if d.h.NeedsClock() {
+		d.s.live.Add(1)
+		go d.s.reapClock()
+	}
+	d.s.startWorker(w, e, how)
+}
+
+// takeBack takes back from the outbox the first task that from selects
+// (nil: the first of all) and every task behind it, and puts them back in
+// the scheduler, in order, with the turns they took, to be handed out
+// again: so each queue's tasks out stay the first it accepted, and the
+// turns keep their order.
+func (d *loop) takeBack(from func(entry) bool) {
+	back := d.h.TakeBack(from, d.back[:0])
+	if from == nil {
+		d.outQueue, d.outMixed = nil, false
+	}
+	if len(back) > 0 {
+		d.handed -= uint64(len(back))
+		d.sched.PutBack(back)
+		for _, e := range back {
+			if l := laneOf(&e); l != nil {
+				l.handed--
+			}
+			d.publishLane(e.Queue)
+		}
+		d.publishInHand()
+	}
+	clear(back)
+	d.back = back[:0]
+}
+
+// collect takes the ends the workers reported and tells the scheduler, and
+// reports whether there were any.
+func (d *loop) collect() bool {
+	ends := d.h.Ends(d.ends)
+	for _, e := range ends {
+		if d.lentTasks[e.Seq] {
+			// A stopper's task: its place was lent until now.
+			delete(d.lentTasks, e.Seq)
+			d.sched.Reclaim(e)
+		}
+		d.sched.Ended(e)
+	}
+	clear(ends)
+	d.ends = ends[:0]
+	if cap(ends) > maxReuse {
+		d.ends = nil // a burst of ends: let it go
+	}
+	return len(ends) > 0
+}
+
+// maxReuse is the most ends whose slice the loop keeps for reuse.
+const maxReuse = 256
 
 // letWorkersRun yields once 64 tasks in a row had to wait, if the pool
 // runs on one P. Each task readies a worker and then the next submitter,
 // and the runtime runs the goroutine readied last first, so on one P the
-// dispatcher and busy submitters can keep the workers waiting in the run
-// queue indefinitely, while tasks pile up. With more Ps, idle ones steal
-// the workers, and a yield would only put the dispatcher behind them all.
-func (d *dispatcher) letWorkersRun() {
+// loop and busy submitters can keep the workers waiting in the run queue
+// indefinitely, while tasks pile up. With more Ps, idle ones steal the
+// workers, and a yield would only put the loop behind them all.
+func (d *loop) letWorkersRun() {
 	if d.unplaced++; d.unplaced < 64 {
 		return
 	}
@@ -457,87 +504,67 @@ func (d *dispatcher) letWorkersRun() {
 	}
 }
 
-// subpoolOf returns the sub-pool of lane l, or nil for the pool's own (or
-// none: a task that CallerRuns runs in its submitter has no lane).
-func subpoolOf(l *lane) *Subpool {
-	if l == nil {
-		return nil
+// room reports whether one more task may wait: the scheduler and the
+// outbox together hold fewer than the bound.
+func (d *loop) room() bool {
+	bound := d.s.cfg.maxWaiting
+	return bound == 0 || d.sched.Waiting()+d.h.Len() < bound
+}
+
+// setMax applies the maximum, with the places lent beside it, to the
+// scheduler and the hand-off, and starts workers for the tasks in the
+// outbox if it rose. The sum saturates: lent places never make the
+// maximum wrap around.
+func (d *loop) setMax() {
+	n := d.max
+	if d.lent > math.MaxInt-n {
+		n = math.MaxInt
+	} else {
+		n += d.lent
 	}
-	s, _ := l.owner.(*Subpool)
-	return s
-}
-
-// room reports whether one more task may wait: the lanes and the hand-off
-// buffer together hold fewer than the bound.
-func (d *dispatcher) room() bool {
-	bound := d.cfg().maxWaiting
-	return bound == 0 || d.sched.waiting+d.buffered() < bound
-}
-
-// buffered returns how many tasks may wait in the hand-off buffer: at most
-// what it holds, less the revoked hand-offs that wait there for a worker
-// to drop them, and at most the hand-offs pending.
-func (d *dispatcher) buffered() int {
-	n := len(d.p.work)
-	if n == 0 {
-		return 0
+	d.sched.SetMax(n)
+	for range d.h.SetMax(n) {
+		d.startWorker(entry{}, idle)
 	}
-	return min(n, d.out.pending())
-}
-
-func (d *dispatcher) cfg() *config { return &d.p.cfg }
-
-// workers returns how many worker goroutines are counted in: parked, busy
-// or starting.
-func (d *dispatcher) workers() int { return d.p.stats.workerCount() }
-
-// working returns how many workers count against the maximum: all of
-// them but the stoppers, which wait for the pool to stop.
-func (d *dispatcher) working() int { return d.workers() - (d.stoppers - d.leavers) }
-
-// setMax sets the maximum of workers to n. The stoppers run beside them,
-// so a lane's limit holds nothing back only at or above n plus them, and
-// a worker retires only above that many.
-func (d *dispatcher) setMax(n int) {
-	d.max = n
-	above := n + d.stoppers - d.leavers
-	d.sched.setMax(above)
-	d.p.stats.retireAbove.Store(int64(above))
 }
 
 // publishInHand publishes the tasks in hand (see stats.inHand), having
 // recorded the peak of those waiting: only between moves, once a task
 // handed out has left the scheduler's count, so that Status never counts
 // one twice.
-func (d *dispatcher) publishInHand() {
+func (d *loop) publishInHand() {
 	d.notePeak()
-	d.p.stats.inHand.Store(uint64(d.sched.waiting) + d.handed)
+	d.s.stats.inHand.Store(uint64(d.sched.Waiting()) + d.handed)
 }
 
-// noteWaiting records that a task of lane l waits: l's sub-pool may have a
-// new peak of waiting tasks.
-func (d *dispatcher) noteWaiting(l *lane) {
-	if sub := subpoolOf(l); sub != nil {
-		sub.notePeak()
+// publishLane publishes what a sub-pool's queue holds, for its Status: the
+// tasks waiting in it, and those handed out of it, less those taken back.
+func (d *loop) publishLane(q *queue) {
+	if l, ok := q.Owner.(*lane); ok {
+		l.stats.inHand.Store(uint64(q.Waiting()) + l.handed)
 	}
 }
 
-// notePeak records the waiting tasks, those in the hand-off buffer
-// included, as PeakWaiting if they are more. What the buffer holds is
-// known only to within the hand-offs revoked or claimed meanwhile, so the
-// count is held to the bound, which room keeps the tasks waiting within.
-func (d *dispatcher) notePeak() {
-	if int64(d.sched.waiting+len(d.p.work)) <= d.p.stats.peakWaiting.Load() {
-		return // no more than the peak, even if the whole buffer waits
+// noteWaiting records that a task of queue q waits: q's sub-pool may have
+// a new peak of waiting tasks.
+func (d *loop) noteWaiting(q *queue) {
+	if l, ok := q.Owner.(*lane); ok {
+		raise(&l.stats.peakWaiting, int64(l.waiting(d.s.cfg.maxWaiting)))
 	}
-	n := d.sched.waiting + d.buffered()
-	if bound := d.cfg().maxWaiting; bound > 0 {
+}
+
+// notePeak records the waiting tasks, those in the outbox included, as
+// PeakWaiting if they are more. The outbox is read only when the
+// scheduler's tasks with a full outbox would pass the peak.
+func (d *loop) notePeak() {
+	if int64(d.sched.Waiting()+d.h.Depth()) <= d.s.stats.peakWaiting.Load() {
+		return
+	}
+	n := d.sched.Waiting() + d.h.Len()
+	if bound := d.s.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
 	}
-	d.p.stats.peakAtLeast(n)
+	d.s.stats.peakAtLeast(n)
 }
 
-func (d *dispatcher) setState(s State) { d.p.stats.state.Store(int32(s)) }
-
-// publishWorkers lets Status see the crew.
-func (d *dispatcher) publishWorkers() { d.p.stats.reg.Store(d.crew.registry()) }
+func (d *loop) setState(s State) { d.s.stats.state.Store(int32(s)) }

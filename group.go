@@ -20,7 +20,7 @@ import (
 // A failure in one group does not touch any other group's tasks.
 type Group struct {
 	to     Submitter // where its tasks go: a pool or a sub-pool
-	p      *Pool
+	s      *state
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -67,9 +67,9 @@ func (p *Pool) Group(ctx context.Context) *Group {
 // newGroup returns a group of tasks for to, with a context derived from
 // ctx, which its callers have checked is not nil.
 func newGroup(to Submitter, ctx context.Context) *Group {
-	p, _ := to.target()
+	s, _ := to.target()
 	ctx, cancel := context.WithCancelCause(ctx)
-	return &Group{to: to, p: p, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
+	return &Group{to: to, s: s, ctx: ctx, cancel: cancel, idle: make(chan struct{})}
 }
 
 // watch makes the group skip its queued tasks as soon as its context is
@@ -174,7 +174,7 @@ func (g *Group) submit(fn func(context.Context) error, try bool) bool {
 		g.record(context.Cause(g.ctx))
 		return true
 	}
-	overflow := g.p.cfg.overflow
+	overflow := g.s.cfg.overflow
 	if try {
 		overflow = Reject
 	}

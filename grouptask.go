@@ -26,7 +26,7 @@ func (g *Group) track(w cancelable) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		g.p.giveUp(g.to, []cancelable{w})
+		g.s.giveUp(g.to, []cancelable{w})
 		return
 	}
 	g.entered++
@@ -124,7 +124,7 @@ func (g *Group) close() {
 	if ws == nil {
 		return
 	}
-	g.p.giveUp(g.to, ws)
+	g.s.giveUp(g.to, ws)
 	g.mu.Lock()
 	g.givingUp = false
 	g.settleLocked()

@@ -573,7 +573,7 @@ func atkRound(t *testing.T, round int, seed uint64) bool {
 				body := w.body(r, behave%5, nil) // no Goexit in a Call: keep it simple
 				_, err := workerpool.Call(ctx, subs[lane], func(context.Context) (int, error) { body(); return 0, nil })
 				r.err = err
-				r.gaveUp = err != nil && err == ctx.Err() && err != workerpool.ErrStopped
+				r.gaveUp = err != nil && err == ctx.Err() && !errors.Is(err, workerpool.ErrStopped)
 			}()
 		default:
 			r := w.newRec(0, "", 3)
@@ -651,12 +651,12 @@ func atkRound(t *testing.T, round int, seed uint64) bool {
 				fail("task %d refused (%v) but ran %d / returned %d", r.id, r.err, started, r.returned)
 			}
 		case 1:
-			if (r.err == workerpool.ErrStopped) != (started == 0) || started > 1 {
+			if errors.Is(r.err, workerpool.ErrStopped) != (started == 0) || started > 1 {
 				fail("SubmitWait %d: err %v, ran %d", r.id, r.err, started)
 			}
 		case 2:
 			var pe *workerpool.PanicError
-			if started > 1 || (r.err == nil || errors.As(r.err, &pe)) && started != 1 || r.err == workerpool.ErrStopped && started != 0 {
+			if started > 1 || (r.err == nil || errors.As(r.err, &pe)) && started != 1 || errors.Is(r.err, workerpool.ErrStopped) && started != 0 {
 				fail("Call %d: err %v, ran %d", r.id, r.err, started)
 			}
 		}

@@ -72,23 +72,28 @@ func (x *Local[S]) get(l *locals) (S, error) {
 // or [Subpool.Stop]) drops the task before it starts, it returns it as a
 // func that opens a state of its own, runs task with it and closes it. The
 // task never runs in its submitter: under [CallerRuns], Submit waits for
-// room in a full queue, as under [Block]. Submit allocates one object.
+// room in a full queue, as under [Block]; under [Reject] it returns
+// [ErrQueueFull]. Submit allocates one object.
 //
 // Submit panics if x or s is nil.
 func (x *Local[S]) Submit(s Submitter, task func(S)) error {
 	if x == nil {
 		panic("workerpool: Local.Submit: nil Local")
 	}
-	p, _ := mustTarget("Local.Submit", s)
+	st, _ := mustTarget("Local.Submit", s)
 	if task == nil {
 		return ErrNilTask
 	}
-	return submitWaiter(s, nil, &localTask[S]{p: p, x: x, fn: task}, Block)
+	overflow := st.cfg.overflow
+	if overflow == CallerRuns {
+		overflow = Block // its task needs a worker's state
+	}
+	return submitWaiter(s, nil, &localTask[S]{s: st, x: x, fn: task}, overflow)
 }
 
 // A localTask is the waiter of one task given to Local.Submit.
 type localTask[S any] struct {
-	p  *Pool
+	s  *state
 	x  *Local[S]
 	fn func(S)
 }
@@ -118,7 +123,7 @@ func (t *localTask[S]) asFunc() func() {
 	return func() {
 		s, err := t.x.open()
 		if err != nil {
-			t.p.cfg.panicHandler(&PanicError{Value: err})
+			t.s.cfg.panicHandler(&PanicError{Value: err})
 			return
 		}
 		if t.x.close != nil {
@@ -160,14 +165,14 @@ func CallWith[S, T any](ctx context.Context, s Submitter, x *Local[S], fn func(c
 // the worker before it closes it, so that a close that calls Goexit, or
 // whose panic's handler does, leaves the others to be closed, and that one
 // closed. A panic of close goes to the panic handler.
-func (p *Pool) closeLocals(w *worker) {
+func (s *state) closeLocals(w *worker) {
 	for len(w.locals.values) > 0 {
 		v := w.locals.values[0]
 		w.locals.values = w.locals.values[1:]
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					p.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
+					s.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
 				}
 			}()
 			v.close(v.value)

@@ -2,38 +2,47 @@
 
 package workerpool
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dispatchkit/workerpool/internal/handoff"
+)
 
 // checkLoop checks, in the build with the tag workerpool_checkloop, that
 // the loop keeps its invariant before it waits, and panics if not: CI runs
-// the tests and the fuzzers in this build. The invariant: the tasks in
-// hand are published; and unless the pool is paused or dropping its
-// queue, the next task the scheduler would hand out cannot go now, and
-// the loop will hear when it can: every worker is started, and the task
-// goes only to a free worker, none is, and the loop listens for one; or it
-// may wait in the buffer, which is full, and the select offers it.
-func checkLoop(d *dispatcher) {
-	if got, want := d.p.stats.inHand.Load(), uint64(d.sched.waiting)+d.handed; got != want {
-		panic(fmt.Sprintf("workerpool: loop: %d tasks in hand published, %d waiting and %d handed out", got, d.sched.waiting, d.handed))
+// the tests and the pool's fuzzer in this build. The invariant: the tasks
+// in hand are published; and unless the pool is paused or dropping its
+// queue, a waiting task that may start but did not go is one the loop will
+// hear of: it listens to the hand-off for what lets it go (a parked worker
+// for a direct task, room in the outbox for the others), or a signal is
+// pending already. If no waiting task may start, a task runs whose end may
+// free one, and the loop listens for ends.
+func checkLoop(d *loop) {
+	if got, want := d.s.stats.inHand.Load(), uint64(d.sched.Waiting())+d.handed; got != want {
+		panic(fmt.Sprintf("workerpool: loop: %d tasks in hand published, %d waiting and %d handed out", got, d.sched.Waiting(), d.handed))
 	}
-	if d.paused || d.dropping || d.sched.waiting == 0 {
+	// What the loop listens for, then whether a signal is pending: a signal
+	// clears what it listened for, so read in this order, a pending signal
+	// is seen whenever the listening is not.
+	wanted := d.h.Wanted()
+	if d.paused || d.dropping || d.sched.Waiting() == 0 || len(d.s.wake) > 0 {
 		return
 	}
-	e, ok := d.sched.peek()
-	if !ok {
-		if !d.listening {
-			panic("workerpool: loop: no waiting task may start, and the loop does not listen for the ends that free them")
+	e, ok := d.sched.Peek()
+	switch {
+	case !ok && d.closed:
+		// Stranded or not, checkStranded looks once no other task runs.
+	case !ok:
+		if d.sched.Reported() == 0 || wanted&handoff.WantEnds == 0 {
+			panic(fmt.Sprintf("workerpool: loop: no waiting task may start (%d wait), and the loop does not listen for the ends that free them (%d reported, listening %b, %d stoppers %d waiters %d lent)", d.sched.Waiting(), d.sched.Reported(), wanted, d.stoppers, d.waiters, d.lent))
 		}
-		return
-	}
-	if d.working() < d.max {
-		panic(fmt.Sprintf("workerpool: loop: task %d may start, and %d workers are below the maximum %d", e.seq, d.working(), d.max))
-	}
-	if _, offering := d.offerable(); offering {
-		return // the select offers it to the full buffer
-	}
-	if !d.listening {
-		panic(fmt.Sprintf("workerpool: loop: task %d waits (direct %v, %d of %d in the buffer, %d pending), and the loop does not listen",
-			e.seq, !d.mayBuffer(e.lane), len(d.p.work), cap(d.p.work), d.out.pending()))
+	case d.sched.MayBuffer(e.Queue):
+		if wanted&handoff.WantRoom == 0 {
+			panic(fmt.Sprintf("workerpool: loop: task %d may wait in the outbox, and the loop does not listen for room", e.Seq))
+		}
+	default:
+		if wanted&handoff.WantPark == 0 {
+			panic(fmt.Sprintf("workerpool: loop: task %d goes to a free worker, and the loop does not listen for one", e.Seq))
+		}
 	}
 }

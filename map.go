@@ -134,9 +134,9 @@ func (t *mapTask[T, R]) finish(err error) {
 // window returns how many of s's tasks may run at once: the pool's maximum
 // or the sub-pool's limit.
 func window(s Submitter) int {
-	p, sub := s.target()
-	if sub != nil {
-		return int(sub.stats.limit.Load())
+	st, l := s.target()
+	if l != nil {
+		return int(l.stats.limit.Load())
 	}
-	return p.Size()
+	return int(st.stats.maxWorkers.Load())
 }

@@ -153,6 +153,21 @@ func newConfig(maxWorkers int, opts []Option) config {
 	return c
 }
 
+// outboxDepth is the most tasks the hand-off's outbox holds: what workers
+// can take without waiting for the loop. Without it, a worker that ends a
+// task waits for the loop to give it the next, and a small one (twice the
+// maximum) made CPU-bound tasks and submit-and-wait slower in
+// benchmarks/PAIRS.md. Tasks in the outbox wait too, so the bound of
+// WithMaxWaiting covers them.
+func (c *config) outboxDepth() int {
+	if c.maxWaiting > 0 {
+		return min(outboxDepth, c.maxWaiting)
+	}
+	return outboxDepth
+}
+
+const outboxDepth = 64
+
 // logPanic is the default panic handler.
 func logPanic(pe *PanicError) {
 	slog.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))

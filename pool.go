@@ -194,9 +194,12 @@ package workerpool
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/dispatchkit/workerpool/internal/handoff"
+	"github.com/dispatchkit/workerpool/internal/sched"
 )
 
 // Errors returned by the pool. Each says why a task was not accepted.
@@ -215,138 +218,69 @@ var (
 
 // A Pool runs submitted tasks on at most a maximum number of worker
 // goroutines. Create one with [New]; its methods are safe for concurrent use.
-// A Pool must be stopped with [Pool.Stop], [Pool.StopWait] or
-// [Pool.Shutdown] to release its goroutines.
+// A Pool should be stopped with [Pool.Stop], [Pool.StopWait] or
+// [Pool.Shutdown] to release its goroutines; one that its user drops
+// without stopping runs what it was given and then releases them (see
+// [New]).
 type Pool struct {
-	cfg config // fixed at New
-
-	// tasks carries submissions and requests to the dispatcher. It is
-	// unbuffered, so that a task is accepted exactly when the dispatcher
-	// takes it; the dispatcher receives only while it can place the task,
-	// so that Block submitters wait in their send while a bounded queue is
-	// full.
-	tasks chan message
-	// reject is sent on by the dispatcher, only while the bounded queue is
-	// full, to tell submitters that do not wait to give up.
-	reject chan struct{}
-	// control carries requests to the dispatcher while it does not
-	// receive on tasks.
-	control chan *request
-	// work carries hand-offs from the dispatcher to the workers: tasks,
-	// each in a slot that a worker claims, and quits. A send on it goes to
-	// the worker parked longest, if one is; else into its buffer, the
-	// hand-off buffer (see handoff.go). Closing it tells the workers to
-	// exit once the pool has stopped.
-	work chan handOff
-	// listening says that the dispatcher waits for the workers: a worker
-	// that claims a hand-off or ends a task then tells it, on wake (buffer
-	// 1), as does a submitter leaving a stopping pool. Only the dispatcher
-	// writes it; it is false in the common case.
-	listening atomic.Bool
-	wake      chan struct{}
-	// tick is the reaping clock, advanced by the dispatcher; workers stamp
-	// it when they go idle.
-	tick atomic.Uint64
-
-	// closed is set by the dispatcher once the pool accepts no more
-	// submissions, just before it closes stopping.
-	closed atomic.Bool
-	// stopCalled is won by the first Stop, drainCalled by the first
-	// StopWait or Shutdown; each then sends its request.
-	stopCalled, drainCalled atomic.Bool
-	// stopping is closed by the dispatcher once it accepts nothing more;
-	// closing when its loop has ended and it tells the workers to exit, so
-	// that its clock gives up; done as its last act, after every goroutine
-	// the pool started has exited, but the stoppers. exited is closed once
-	// the stoppers have exited too, by the last goroutine to go, once
-	// ended is set (see gone).
-	stopping, closing, done, exited chan struct{}
-	ended, exitedClosed             atomic.Bool
-
-	// live counts the pool's goroutines other than the dispatcher: workers
-	// and the reaping clock. Each counts itself out as its last act, and
-	// tells the dispatcher, which waits for them before it closes done: for
-	// all of them but the stoppers, workers that called Stop, StopWait or
-	// Shutdown themselves (see stopper).
-	live atomic.Int64
-	// dispatcherID is the dispatcher goroutine's number: every worker it
-	// starts says so in its stack trace (see onWorker).
-	dispatcherID atomic.Uint64
-
-	// abandoned holds the fire-and-forget tasks that Stop or a Shutdown
-	// deadline dropped, in the order the pool accepted them, and dropped
-	// says whether any task was dropped, waiters included. The dispatcher
-	// writes both before closing done; they are read after it, abandoned
-	// by the first caller to win claimed.
-	abandoned []func()
-	dropped   bool
-	claimed   atomic.Bool
-
-	// epoch is when the pool was made: its tasks' timings count from it
-	// in nanoseconds; timings sums them up, with WithTaskTimings.
-	epoch   time.Time
-	timings taskTimings
-
+	s *state
 	// subpools lists the pool's sub-pools not yet stopped, in the order
 	// they were made.
 	subpools struct {
 		mu   sync.Mutex
 		list []*Subpool
 	}
-
-	// The fields below are written by submitters and workers as tasks come
-	// and go: each on cache lines of its own, apart from the fields above,
-	// which every worker and submitter reads for every task.
-	_ [cacheLine]byte
-	// onWay counts the submitters that found closed unset and have not
-	// yet handed their task over (or registered a CallerRuns task): the
-	// dispatcher finishes only once there are none, so that every
-	// submission it let through is taken.
-	onWay onWay
-	// reports carries the ends of sub-pools' and keyed tasks from the
-	// workers to the dispatcher.
-	reports reports
-	_       [cacheLine - 32]byte
-
-	stats stats
 }
 
 // New returns a pool that runs tasks on at most maxWorkers goroutines,
 // configured by opts, with its MinWorkers workers already started.
+//
+// A pool that becomes unreachable without being stopped is stopped as
+// [Pool.StopWait] would: once the garbage collector finds it, its queued
+// tasks run and its goroutines exit. Its queued tasks keep it reachable if
+// they refer to it.
 //
 // New panics with a "workerpool: " message if the configuration is
 // impossible: maxWorkers < 1, a nil option, WithMinWorkers outside
 // 0..maxWorkers, a negative WithMaxWaiting or an unknown Overflow.
 func New(maxWorkers int, opts ...Option) *Pool {
 	cfg := newConfig(maxWorkers, opts)
-	buffer := handOffBuffer
-	if cfg.maxWaiting > 0 {
-		// Buffered tasks wait too: the bound covers them.
-		buffer = min(buffer, cfg.maxWaiting)
-	}
-	p := &Pool{
+	s := &state{
 		cfg:      cfg,
 		epoch:    time.Now(),
 		tasks:    make(chan message),
 		reject:   make(chan struct{}),
 		control:  make(chan *request),
-		work:     make(chan handOff, buffer),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		exited:   make(chan struct{}),
 	}
-	p.stats.maxWorkers.Store(int64(maxWorkers))
-	p.stats.retireAbove.Store(int64(maxWorkers))
-	d := &dispatcher{p: p, max: maxWorkers, sched: newScheduler(maxWorkers), quiet: true}
-	d.out.init(buffer)
-	d.clock.timeout = p.cfg.idleTimeout
-	d.publishWorkers()
-	started := make(chan struct{})
-	go d.run(started)
-	<-started // with the minimum of workers
+	s.hand = handoff.New[entry](cfg.outboxDepth(), maxWorkers, cfg.minWorkers, cfg.idleTimeout, s.wake)
+	s.stats.maxWorkers.Store(int64(maxWorkers))
+	d := &loop{s: s, h: s.hand, sched: sched.New[waiter](maxWorkers), max: maxWorkers, quiet: true}
+	// The minimum of workers starts before the loop does, as the loop
+	// would start them: nothing else runs yet.
+	for range cfg.minWorkers {
+		if s.hand.StartIdle() {
+			d.startWorker(entry{}, idle)
+		}
+	}
+	go d.run()
+	p := &Pool{s: s}
+	runtime.AddCleanup(p, (*state).unreachable, s)
 	return p
+}
+
+// unreachable stops the pool as StopWait would, without waiting, unless it
+// was stopped: its user can no longer reach it. It runs on the runtime's
+// cleanup goroutine, which must not block; outside any synctest bubble, so
+// a pool made in one must be stopped there, as the bubble requires anyway.
+func (s *state) unreachable() {
+	if !s.stopCalled.Load() && s.drainCalled.CompareAndSwap(false, true) {
+		go s.request(&request{kind: drainRequest})
+	}
 }
 
 // Stop stops the pool now: it accepts no more tasks, lets running tasks
@@ -355,36 +289,56 @@ func New(maxWorkers int, opts ...Option) *Pool {
 //
 // One call of Stop or [Pool.Shutdown], the first to return, gets the
 // dropped fire-and-forget tasks, in the order the pool accepted them, so
-// that its caller can run them elsewhere or save them; the others get nil.
-// Dropped [Pool.SubmitWait] tasks are not returned: their callers get
+// that its caller can run them elsewhere; the others get nil. Dropped
+// [Pool.SubmitWait] tasks are not returned: their callers get
 // [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
-	inside := p.stopper()
-	if p.stopCalled.CompareAndSwap(false, true) {
-		p.request(&request{kind: stopRequest})
+	s := p.s
+	inside := s.stopper()
+	if s.stopCalled.CompareAndSwap(false, true) {
+		s.request(&request{kind: stopRequest})
 	}
-	p.waitStopped(inside)
-	return p.claimAbandoned()
+	s.waitStopped(inside)
+	return s.claimAbandoned()
+}
+
+// stopper tells the loop, if the caller is one of the pool's workers, not
+// to wait for it to exit, and lends its place until it does, so that other
+// workers run the queue (see loop.lend). It reports whether the caller is
+// one of the pool's workers.
+func (s *state) stopper() bool {
+	c, maybe := s.whoCalls()
+	if !maybe {
+		return false
+	}
+	r := &request{kind: stopperRequest, caller: c, done: make(chan struct{})}
+	if s.request(r) {
+		<-r.done
+		return r.isWorker
+	}
+	// The loop has finished, so only stoppers still run: the caller is one
+	// if the loop started it, or it knows its number.
+	return c.by == s.loopID.Load() || s.crew.find(c.id) != nil
 }
 
 // waitStopped waits for the pool to stop: for every goroutine it started
 // to exit, or, if the caller is a stopper, every other one.
-func (p *Pool) waitStopped(stopper bool) {
-	<-p.done
+func (s *state) waitStopped(stopper bool) {
+	<-s.done
 	if !stopper {
-		<-p.exited
+		<-s.exited
 	}
 }
 
 // claimAbandoned returns the dropped tasks to its first caller, nil to the
-// others. It must be called after p.done is closed.
-func (p *Pool) claimAbandoned() []func() {
-	if !p.claimed.CompareAndSwap(false, true) {
+// others. It must be called after done is closed.
+func (s *state) claimAbandoned() []func() {
+	if !s.claimed.CompareAndSwap(false, true) {
 		return nil
 	}
-	tasks := p.abandoned
-	p.abandoned = nil
+	tasks := s.abandoned
+	s.abandoned = nil
 	return tasks
 }
 
@@ -394,24 +348,21 @@ func (p *Pool) claimAbandoned() []func() {
 // is done, meanwhile makes it return early, with the rest of the queue
 // dropped.
 func (p *Pool) StopWait() {
-	inside := p.stopper()
-	p.drainCalled.Store(true)
-	p.request(&request{kind: drainRequest})
-	p.waitStopped(inside)
+	s := p.s
+	inside := s.stopper()
+	s.drainCalled.Store(true)
+	s.request(&request{kind: drainRequest})
+	s.waitStopped(inside)
 }
 
 // Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
 // runs the queued ones until ctx is done. Then it drops the rest, as
 // [Pool.Stop] does, and with a ctx that is already done none starts at
-// all. The dispatcher decides, alone, what starts: while it watches ctx it
-// gives a queued task only to a worker free to start it at once, never to
-// one that may come free later, and once it sees ctx done it hands out
-// nothing more and takes back what no worker has taken. So the tasks that
-// start are, in each queue, the first ones it accepted, but for those a
-// busy key held back (see Order); a task given to a worker just as ctx is
-// done may start just after. Either way Shutdown
-// waits for the running tasks and returns once every goroutine the pool
-// started has finished, as Stop does.
+// all. The tasks that start are, in each queue, the first ones the pool
+// accepted, but for those a busy key held back; a task a worker takes just
+// as ctx is done may start just after. Either way Shutdown waits for the
+// running tasks and returns once every goroutine the pool started has
+// finished, as Stop does.
 //
 // Shutdown returns nil, nil if no accepted task was dropped, however late
 // it returns. If tasks were dropped, it returns the dropped fire-and-forget
@@ -422,22 +373,23 @@ func (p *Pool) StopWait() {
 // Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	mustContext("Shutdown", ctx)
-	inside := p.stopper()
-	p.drainCalled.Store(true)
-	// One request stops accepting and has the dispatcher watch ctx, so
-	// that no queued task starts once ctx is done.
-	p.request(&request{kind: drainRequest, deadline: ctx.Done()})
-	// Once ctx is done, the loop looks at the deadlines, however quiet
-	// it is: nothing else may wake it (a long task holds what waits).
-	unwatch := context.AfterFunc(ctx, func() { p.request(&request{kind: deadlineRequest}) })
+	s := p.s
+	inside := s.stopper()
+	s.drainCalled.Store(true)
+	// One request stops accepting and has the loop watch ctx, so that no
+	// queued task starts once ctx is done.
+	s.request(&request{kind: drainRequest, deadline: ctx.Done()})
+	// Once ctx is done, the loop looks at the deadlines, however quiet it
+	// is: nothing else may wake it (a long task holds what waits).
+	unwatch := context.AfterFunc(ctx, func() { s.request(&request{kind: deadlineRequest}) })
 	defer unwatch()
-	p.waitStopped(inside)
-	if !p.dropped {
+	s.waitStopped(inside)
+	if !s.dropped {
 		return nil, nil
 	}
 	err := ctx.Err()
 	if err == nil {
 		err = ErrStopped
 	}
-	return p.claimAbandoned(), err
+	return s.claimAbandoned(), err
 }

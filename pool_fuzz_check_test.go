@@ -101,7 +101,7 @@ func (m *fuzzModel) checkAtRest() {
 			accepted++
 		case tk.err == workerpool.ErrQueueFull:
 			rejected++
-		case tk.err == workerpool.ErrStopped && tk.method == viaSubmitWait:
+		case errors.Is(tk.err, workerpool.ErrStopped) && tk.method == viaSubmitWait:
 			waitStopped++
 		}
 	}
@@ -238,7 +238,7 @@ func (m *fuzzModel) finish() {
 				m.failf("Shutdown returned %v, but no task was dropped", st.err)
 			case dropped && st.err == nil:
 				m.failf("Shutdown returned nil, but %d tasks were dropped", s.Abandoned)
-			case dropped && st.err != workerpool.ErrStopped && !(st.deadline && errors.Is(st.err, context.DeadlineExceeded)):
+			case dropped && !errors.Is(st.err, workerpool.ErrStopped) && !(st.deadline && errors.Is(st.err, context.DeadlineExceeded)):
 				m.failf("Shutdown returned %v", st.err)
 			}
 		}
@@ -278,7 +278,7 @@ func (m *fuzzModel) finish() {
 					tk.id, tk.method, tk.kind, runs, tk.returned)
 			}
 		default:
-			if tk.err == workerpool.ErrStopped && tk.method == viaSubmitWait {
+			if errors.Is(tk.err, workerpool.ErrStopped) && tk.method == viaSubmitWait {
 				waitStopped++
 			}
 			if runs != 0 || tk.returned != 0 {

@@ -20,15 +20,15 @@ func (m *fuzzModel) checkSubmitResult(tk *fuzzTask, desc string, err error, stop
 	case tk.method == viaSubmitCtxDone:
 		// A stopping pool says so first; otherwise the context is done.
 		switch {
-		case stopped && err != workerpool.ErrStopped:
+		case stopped && !errors.Is(err, workerpool.ErrStopped):
 			m.goFail("%s with a cancelled context after a stop call returned %v, want ErrStopped", desc, err)
-		case !errors.Is(err, context.Canceled) && err != workerpool.ErrStopped:
+		case !errors.Is(err, context.Canceled) && !errors.Is(err, workerpool.ErrStopped):
 			m.goFail("%s with a cancelled context returned %v, want context.Canceled", desc, err)
 		}
 		return
-	case stopped && err != workerpool.ErrStopped:
+	case stopped && !errors.Is(err, workerpool.ErrStopped):
 		m.goFail("%s after a stop call returned: got %v, want ErrStopped", desc, err)
-	case err == nil, err == workerpool.ErrStopped:
+	case err == nil, errors.Is(err, workerpool.ErrStopped):
 	case err == workerpool.ErrQueueFull:
 		if !bounded || tk.method != viaTrySubmit && m.cfg.overflow != workerpool.Reject {
 			m.goFail("%s returned ErrQueueFull (bound %d, %v)", desc, m.cfg.bound, m.cfg.overflow)

@@ -239,7 +239,7 @@ func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTask
 		rec := h.recs[id]
 		ran, ret := h.ran[id].Load(), h.returned[id].Load()
 		where := map[bool]string{false: "pool", true: "subpool"}[rec.sub]
-		if rec.afterRet && rec.err != workerpool.ErrStopped {
+		if rec.afterRet && !errors.Is(rec.err, workerpool.ErrStopped) {
 			bad("%s on the %s, called after the stop returned, got %v, want ErrStopped (ran %d)", hammerNames[rec.kind], where, rec.err, ran)
 		}
 		if ran > 1 || ret > 1 || ran+ret > 1 {
@@ -295,7 +295,7 @@ func runStopHammer(t *testing.T, mode stopMode, workers, submitters int, maxTask
 		}
 	}
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && err != workerpool.ErrStopped {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, workerpool.ErrStopped) {
 			bad("Shutdown returned %v", err)
 		}
 	}

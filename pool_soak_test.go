@@ -160,7 +160,7 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 					normal = true
 				}()
 				<-done
-				stopped = st.err == workerpool.ErrStopped
+				stopped = errors.Is(st.err, workerpool.ErrStopped)
 			}
 		})
 	}
@@ -213,9 +213,9 @@ func soak(t *testing.T, seed uint64, opts []workerpool.Option, stop func(*worker
 				switch {
 				case st.err == workerpool.ErrQueueFull:
 					rejected++
-				case st.err == workerpool.ErrStopped && st.method == viaSubmitWait:
+				case errors.Is(st.err, workerpool.ErrStopped) && st.method == viaSubmitWait:
 					waitStopped++
-				case st.err == workerpool.ErrStopped, errors.Is(st.err, context.Canceled), errors.Is(st.err, context.DeadlineExceeded):
+				case errors.Is(st.err, workerpool.ErrStopped), errors.Is(st.err, context.Canceled), errors.Is(st.err, context.DeadlineExceeded):
 				default:
 					t.Fatalf("%v returned %v", st.method, st.err)
 				}

@@ -2,6 +2,7 @@ package workerpool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -246,7 +247,7 @@ func TestNothingIsLostWhenStopRacesSubmitters(t *testing.T) {
 					if err == nil {
 						assert.Equal(t, int32(1), runs[id].Load(), "SubmitWait returned nil before its task ran")
 					}
-					waitStopped[id] = err == workerpool.ErrStopped
+					waitStopped[id] = errors.Is(err, workerpool.ErrStopped)
 				case 2:
 					err = p.TrySubmit(task)
 				}
@@ -319,7 +320,7 @@ func TestASubmitterToldErrStoppedSeesThePoolStopping(t *testing.T) {
 		errc := make(chan error)
 		go func() { errc <- p.Submit(func() {}) }()
 		go p.Stop()
-		if err := <-errc; err == workerpool.ErrStopped {
+		if err := <-errc; errors.Is(err, workerpool.ErrStopped) {
 			if s := p.Status().State; s == workerpool.Running || s == workerpool.Paused {
 				t.Fatalf("round %d: State = %v after Submit returned ErrStopped", i, s)
 			}
@@ -674,7 +675,7 @@ func TestStopAndShutdownsRacingSubmittersLoseNothing(t *testing.T) {
 					var err error
 					if i == 0 {
 						err = p.SubmitWait(task)
-						if err == workerpool.ErrStopped {
+						if errors.Is(err, workerpool.ErrStopped) {
 							waitStopped.Add(1)
 						}
 					} else {
@@ -729,7 +730,7 @@ func TestStopAndShutdownsRacingSubmittersLoseNothing(t *testing.T) {
 			case r.d == time.Hour: // not done: another call dropped them
 				require.ErrorIs(t, r.err, workerpool.ErrStopped)
 			default: // either, depending on when it looked
-				if r.err != workerpool.ErrStopped {
+				if !errors.Is(r.err, workerpool.ErrStopped) {
 					require.ErrorIs(t, r.err, context.DeadlineExceeded)
 				}
 			}

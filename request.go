@@ -1,52 +1,15 @@
 package workerpool
 
 import (
-	"context"
 	"slices"
-	"time"
-)
 
-// A request asks the dispatcher to do something other than take a task.
-// It travels on Pool.tasks, in a message, or on Pool.control; done, if not
-// nil, is closed once the request has taken effect.
-type request struct {
-	kind     requestKind
-	n        int             // resize, subResize: the new maximum or limit
-	ctx      context.Context // pause: pause until it is done
-	deadline <-chan struct{} // drain: a Shutdown's ctx.Done(), or nil
-	sub      *Subpool        // sub*: the sub-pool
-	cancel   []cancelable    // cancel: the tasks their submitters took back
-	tasks    []func()        // subStop: the tasks it dropped; written before done closes
-	worker   bool            // subStop, subDrain: called by one of the pool's workers
-	leaving  bool            // stopper, or worker: the worker is leaving (see leaving)
-	done     chan struct{}
-}
-
-// A requestKind says what a request asks for.
-type requestKind uint8
-
-const (
-	tickRequest      requestKind = iota + 1 // the reaping clock ticked
-	pauseRequest                            // Pause: hold the queue until ctx is done
-	resizeRequest                           // Resize: set the maximum to n
-	stopRequest                             // Stop: drop the queue, then drain
-	drainRequest                            // StopWait or Shutdown: run the queue, accept nothing more
-	deadlineRequest                         // a Shutdown's ctx is done: look at the deadlines
-	subResizeRequest                        // Subpool.Resize: set its limit to n
-	subStopRequest                          // Subpool.Stop: drop its tasks, wait for it to be idle
-	subDrainRequest                         // Subpool.StopWait: wait for it to be idle
-	cancelRequest                           // remove the cancel tasks from the queue
-	stopperRequest                          // a worker calls Stop, StopWait or Shutdown: wait not for it
+	"github.com/dispatchkit/workerpool/internal/sched"
 )
 
 // handle carries out a request.
-func (d *dispatcher) handle(r *request) {
+func (d *loop) handle(r *request) {
 	d.quiet = false // the loop looks at what changed
 	switch r.kind {
-	case tickRequest:
-		if !d.down {
-			d.reap()
-		}
 	case pauseRequest:
 		d.pause(r) // answers r.done when the pause takes hold
 		return
@@ -65,58 +28,138 @@ func (d *dispatcher) handle(r *request) {
 	case deadlineRequest:
 		d.checkDeadline()
 	case subResizeRequest:
-		// Its tasks in the hand-off buffer were handed out under the old
-		// limit: they go back, to go out under the new one.
-		l := r.sub.lane
-		d.recallLane(l)
-		d.sched.setLimit(l, r.n)
-		r.sub.stats.limit.Store(int64(r.n))
+		// Its tasks in the outbox were handed out under the old limit:
+		// they come back, to go out under the new one.
+		q := r.lane.queue
+		d.takeBack(func(e entry) bool { return e.Queue == q })
+		d.sched.SetLimit(q, r.n)
+		r.lane.stats.limit.Store(int64(r.n))
 		d.fill() // its waiting tasks start before Resize returns
 	case subStopRequest, subDrainRequest:
 		d.stopLane(r) // answers r.done once the sub-pool is idle
 		return
 	case cancelRequest:
 		d.cancel(r.cancel)
-	case stopperRequest:
-		d.stoppers++
-		if r.leaving {
-			d.leavers++ // counted out already
-			break
+	case stopperRequest, lendRequest:
+		d.lend(r)
+	case reclaimRequest:
+		if r.isWorker {
+			d.reclaim(r.caller.id)
 		}
-		// Its place is free: what waits in the buffer for a worker to
-		// come free comes back, to go to a worker started in its place.
-		d.recall(0)
-		d.setMax(d.max)
 	}
 	if r.done != nil {
 		close(r.done)
 	}
 }
 
+// lend carries out a worker's loan of its place, if the caller of r is
+// one of the pool's workers (which it tells r): the worker's task calls a
+// stop (stopperRequest), which it lends its place for until it exits, or
+// waits on the pool (lendRequest) until it reclaims it. While lent, its
+// place counts against neither the maximum nor its sub-pool's limit, so
+// that the pool may start another worker in it; but at most the maximum
+// of places are lent at once, and past that a worker waits in its place.
+// Its key stays busy. A stopper's queue place is taken back when its task
+// ends (see collect); and the loop does not wait for a stopper to exit.
+func (d *loop) lend(r *request) {
+	c := r.caller
+	w := d.s.crew.find(c.id)
+	if w == nil && !(c.started && c.by == d.loopID()) {
+		return // not one of ours
+	}
+	r.isWorker = true
+	if r.kind == stopperRequest {
+		if d.stopperIDs[c.id] {
+			return // a stopper that stops again
+		}
+		if d.stopperIDs == nil {
+			d.stopperIDs = make(map[uint64]bool)
+		}
+		d.stopperIDs[c.id] = true
+		d.stoppers++
+		if c.leaving {
+			d.leavers++
+		}
+	} else {
+		d.waiters++
+	}
+	if c.leaving || d.lent >= d.max {
+		return // exiting, counted out already; or past the cap
+	}
+	l := loan{place: true}
+	d.lent++
+	if w != nil && w.current != nil && laneOf(w.current) != nil {
+		// The worker ran a sub-pool's task when it learned its number, so
+		// it knows its task, which holds a place under its limit.
+		e := *w.current
+		l.task = &e
+		d.sched.Lend(e)
+		r.lentLane = laneOf(&e)
+	}
+	switch {
+	case r.kind == stopperRequest && l.task != nil:
+		if d.lentTasks == nil {
+			d.lentTasks = make(map[uint64]bool)
+		}
+		d.lentTasks[l.task.Seq] = true // until the task ends
+	case r.kind == lendRequest:
+		if d.loans == nil {
+			d.loans = make(map[uint64]loan)
+		}
+		d.loans[c.id] = l // until the worker reclaims it
+	}
+	d.setMax()
+	d.fill()
+}
+
+// reclaim ends the wait of the worker whose goroutine is id, and its
+// loan, if it lent: it counts against the maximum and its sub-pool's limit
+// again. The pool may be over either until a task ends.
+func (d *loop) reclaim(id uint64) {
+	d.waiters--
+	l, ok := d.loans[id]
+	if !ok {
+		return
+	}
+	delete(d.loans, id)
+	if l.task != nil {
+		d.sched.Reclaim(*l.task)
+	}
+	d.lent--
+	d.setMax()
+}
+
+// loopID returns the number of the loop's goroutine, which it reads the
+// first time it is asked: a worker it started says so in its stack trace.
+func (d *loop) loopID() uint64 {
+	if d.goid == 0 {
+		d.goid = goroutineID()
+		d.s.loopID.Store(d.goid)
+	}
+	return d.goid
+}
+
 // resize sets the maximum. Surplus workers exit: parked ones at once,
-// busy ones as their tasks end, each taking one of the retirements the
-// loop sends ahead of any task. The buffer was filled for the old
+// busy ones as their tasks end. The outbox was filled for the old
 // maximum, so it is taken back first: a larger maximum may let a
 // sub-pool's limit hold tasks back that it did not before.
-func (d *dispatcher) resize(n int) {
+func (d *loop) resize(n int) {
 	if n == d.max {
 		return
 	}
-	d.recall(0)
-	d.setMax(n)
-	d.p.stats.maxWorkers.Store(int64(n))
+	d.takeBack(nil)
+	d.max = n
+	d.s.stats.maxWorkers.Store(int64(n))
 	if !d.down {
-		d.quitParked(d.working()-n, n+d.stoppers-d.leavers) // idle ones at once
-		d.owedRetires = max(d.working()-n, 0)
-		d.sendRetirements()
-		d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
+		d.lent = min(d.lent, d.max) // the cap
 	}
+	d.setMax()
 	d.fill()
 }
 
 // pause starts a pause, or queues it behind the current one. Once closed,
 // a pause request is answered at once: Stop and StopWait end pauses.
-func (d *dispatcher) pause(r *request) {
+func (d *loop) pause(r *request) {
 	switch {
 	case d.closed || r.ctx.Err() != nil:
 		close(r.done)
@@ -126,7 +169,7 @@ func (d *dispatcher) pause(r *request) {
 		d.paused = true
 		d.pauseEnd = r.ctx.Done()
 		d.pauseAck = r.done
-		d.recall(0)
+		d.takeBack(nil)
 		// Paused before the pause is acknowledged: once Pause returns,
 		// Status says so.
 		d.setState(Paused)
@@ -135,19 +178,17 @@ func (d *dispatcher) pause(r *request) {
 }
 
 // checkPauseAck answers the current pause once no task is running: every
-// task handed to a worker is done. It reports whether it did.
-func (d *dispatcher) checkPauseAck() bool {
-	if d.pauseAck != nil && d.crew.doneTasks() == d.handed {
+// task handed to a worker has ended.
+func (d *loop) checkPauseAck() {
+	if d.pauseAck != nil && d.h.Running() == 0 {
 		close(d.pauseAck)
 		d.pauseAck = nil
-		return true
 	}
-	return false
 }
 
 // endPause ends the current pause and starts the next queued one, if any;
 // with none, the pool resumes handing out tasks.
-func (d *dispatcher) endPause() {
+func (d *loop) endPause() {
 	d.quiet = false
 	if d.pauseAck != nil {
 		close(d.pauseAck) // its caller waits no longer for running tasks
@@ -164,7 +205,7 @@ func (d *dispatcher) endPause() {
 
 // drain stops accepting tasks and ends every pause, so that what is queued
 // runs. The loop ends once the queue is empty.
-func (d *dispatcher) drain() {
+func (d *loop) drain() {
 	if d.closed {
 		return
 	}
@@ -173,17 +214,17 @@ func (d *dispatcher) drain() {
 		d.endPause() // queued pauses are answered at once now
 	}
 	d.setState(Stopping)   // before a submitter can see ErrStopped
-	d.p.closed.Store(true) // submitters check it first
-	close(d.p.stopping)    // submitters waiting in a select get ErrStopped now
+	d.s.closed.Store(true) // submitters check it first
+	close(d.s.stopping)    // submitters waiting in a select get ErrStopped now
 }
 
 // watchDeadline makes the loop watch one more Shutdown deadline, dl (nil:
 // none). One that has passed drops the queue at once. The loop looks at
 // each deadline before it hands anything out (checkDeadline), and the
 // Shutdown that set it sends a deadlineRequest once it passes, so that the
-// loop looks then. While a deadline is watched, no task waits in the
-// hand-off buffer (see mayBuffer): those there come back.
-func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
+// loop looks then; the hand-off holds the outbox from then on, so that no
+// worker takes a task of it meanwhile.
+func (d *loop) watchDeadline(dl <-chan struct{}) {
 	if dl == nil {
 		return
 	}
@@ -193,69 +234,51 @@ func (d *dispatcher) watchDeadline(dl <-chan struct{}) {
 		return
 	default:
 	}
-	if d.deadlines == nil {
-		d.recall(0)
-	}
+	d.h.Hold(dl)
 	d.deadlines = append(d.deadlines, dl)
 }
 
-// checkDeadline drops the queue if a Shutdown deadline has passed, and
-// reports whether it did. The loop calls it before it hands anything out,
-// so that no queued task starts once the deadline has passed, even when a
-// worker is free at that very moment.
-func (d *dispatcher) checkDeadline() bool {
+// checkDeadline drops the queue if a Shutdown deadline has passed. The
+// loop calls it before it hands anything out, so that no queued task
+// starts once the deadline has passed, even when a worker is free at that
+// very moment.
+func (d *loop) checkDeadline() {
 	for _, dl := range d.deadlines {
 		select {
 		case <-dl:
 			d.deadlines = nil
 			d.dropQueue()
-			return true
+			return
 		default:
 		}
 	}
-	return false
 }
 
 // checkStranded drops the queue if no task of it can ever start: the pool
-// is stopping, every task still running is a stopper's, which waits for
-// the stop, or waits in a sub-pool's stop, which waits for that sub-pool's
-// running tasks (the same kinds, or it would not wait: its waiting ones
-// are held back by those), and every waiting task waits for one of them
-// to end, for its sub-pool's place or its key. It reports whether it did.
-// Only the workers' records say that no other task runs, and that none
-// has ended unreported (see taskDone), so it reads them, but only in that
-// rare state: some stopper's task runs, and no waiting task may start.
-func (d *dispatcher) checkStranded() bool {
-	if !d.closed || d.dropping || d.stoppers == d.leavers || !d.sched.stuck() ||
-		!d.out.resolved() || !d.p.onWay.empty() {
-		return false
+// is stopping, every task still running waits on the pool, and every
+// waiting task waits for one of them to end, for its key (their places
+// under the maximum and their sub-pools' limits are lent, within the cap).
+// A stopper's task cannot end before the stop; another waits for a task
+// that is in the queue, held back so, or for a sub-pool's running tasks,
+// which wait so too: none can end while the queue waits.
+func (d *loop) checkStranded() {
+	if !d.closed || d.dropping || d.waitingOnPool() == 0 || !d.sched.Stuck() ||
+		d.h.Len() > 0 || !d.s.onWay.empty() || d.h.Running() > d.waitingOnPool() {
+		return
 	}
-	// A stopper, or a worker in a sub-pool's stop, is busy (in its task)
-	// or occupied (in a hook of it), unless it is leaving: if no other
-	// worker is either, no other task runs, and none has ended
-	// unreported. Else the worker signals when it is free.
-	done, occupied := d.crew.tasksAndOccupied()
-	if d.handed-done+uint64(occupied) > uint64(d.stoppers-d.leavers+d.subWaiters-d.subLeavers) {
-		return false
+	d.collect() // the ends of every task that ended
+	if d.sched.Stuck() {
+		d.dropQueue()
 	}
-	d.collect() // the reports of every end counted in done
-	if !d.sched.stuck() {
-		return false
-	}
-	d.dropQueue()
-	return true
 }
 
 // dropQueue drops every waiting task, for Stop, a passed Shutdown
-// deadline or a stranded queue: those handed out that no worker has
-// claimed, those in the scheduler, and any that a submitter on its way
-// hands over later.
-func (d *dispatcher) dropQueue() {
+// deadline or a stranded queue: those in the outbox, those in the
+// scheduler, and any that a submitter on its way hands over later.
+func (d *loop) dropQueue() {
 	d.dropping = true
-	for _, e := range d.dropHandOffs(nil) {
-		d.drop(e)
-	}
-	for _, e := range d.sched.dropAll() {
+	d.takeBack(nil)
+	for _, e := range d.sched.DropAll() {
 		d.drop(e)
 	}
 	d.publishInHand()
@@ -263,7 +286,7 @@ func (d *dispatcher) dropQueue() {
 
 // drop drops e, a task that will never run: its waiter gets ErrStopped,
 // and a fire-and-forget task is kept for Stop to return.
-func (d *dispatcher) drop(e entry) {
+func (d *loop) drop(e entry) {
 	if !d.abandon(&e) {
 		return
 	}
@@ -274,174 +297,151 @@ func (d *dispatcher) drop(e entry) {
 // its waiter gets ErrStopped, and a fire-and-forget waiter becomes its
 // func, for the stop to return. It reports false, and counts nothing, if
 // its submitter gave up on it first: it is Canceled.
-func (d *dispatcher) abandon(e *entry) bool {
-	d.publishLane(e.lane) // it left the lane, or its hand-off was taken back
-	if e.w != nil {
+func (d *loop) abandon(e *entry) bool {
+	d.publishLane(e.Queue) // it left the queue, or the outbox
+	l := laneOf(e)
+	if e.W != nil {
 		switch {
-		case !e.w.take():
-			d.p.noteCanceled(e.w, e.lane)
+		case !e.W.take():
+			d.s.noteCanceled(e.W, l)
 			return false
-		case isFireAndForget(e.w):
-			e.fn = e.w.(fireAndForget).asFunc() // returned, as a Submit's task
+		case isFireAndForget(e.W):
+			e.Fn = e.W.(fireAndForget).asFunc() // returned, as a Submit's task
 		default:
-			e.w.finish(ErrStopped)
+			e.W.finish(ErrStopped)
 		}
-		e.w = nil
+		e.W = nil
 	}
-	d.p.stats.abandoned.Add(1)
-	if sub := subpoolOf(e.lane); sub != nil {
-		sub.stats.abandoned.Add(1)
+	d.s.stats.abandoned.Add(1)
+	if l != nil {
+		l.stats.abandoned.Add(1)
 	}
 	return true
 }
 
 // stopLane carries out a sub-pool's Stop (dropping its waiting tasks,
-// those in the hand-off buffer included) or StopWait, and answers r once
-// the sub-pool has no task waiting or out.
-func (d *dispatcher) stopLane(r *request) {
-	sub, l := r.sub, r.sub.lane
+// those in the outbox included) or StopWait, and answers r once the
+// sub-pool has no task waiting or running.
+func (d *loop) stopLane(r *request) {
+	l, q := r.lane, r.lane.queue
 	if r.kind == subStopRequest && !d.dropping {
-		dropped := d.dropHandOffs(func(s *send) bool { return s.lane == l })
-		dropped = append(dropped, d.sched.dropLane(l)...)
-		slices.SortFunc(dropped, bySeq)
-		for _, e := range dropped {
-			if d.abandon(&e) && e.fn != nil {
-				r.tasks = append(r.tasks, e.fn)
+		back := d.h.Remove(func(e entry) bool { return e.Queue == q }, d.back[:0])
+		d.handed -= uint64(len(back))
+		l.handed -= uint64(len(back))
+		d.sched.PutBack(back)
+		clear(back)
+		d.back = back[:0]
+		for _, e := range d.sched.DropQueue(q) {
+			if d.abandon(&e) && e.Fn != nil {
+				r.tasks = append(r.tasks, e.Fn)
 			}
 		}
 		d.publishInHand()
 	}
-	sub.stats.state.Store(int32(Stopping))
+	l.stats.state.Store(int32(Stopping))
 	d.stops = append(d.stops, r)
-	if r.worker {
-		d.subWaiters++
-		if r.leaving {
-			d.subLeavers++
-		}
-	}
 	d.collect()
 	d.answerStops()
 }
 
 // answerStops answers the sub-pools' Stop and StopWait requests whose
-// sub-pools have no task waiting or out, and reports whether it answered
-// any. A sub-pool answered leaves the pool's hands: nothing of the pool
-// refers to it any more.
-func (d *dispatcher) answerStops() bool {
-	n := len(d.stops)
+// sub-pools have no task waiting or running, but the one that asks, if one
+// of its tasks does: it lent its place while it waits. A sub-pool answered
+// leaves the pool's hands: nothing of the pool refers to it any more.
+func (d *loop) answerStops() {
 	d.stops = slices.DeleteFunc(d.stops, func(r *request) bool {
-		if !d.sched.idle(r.sub.lane) {
+		q := r.lane.queue
+		asking := 0
+		if l, ok := d.loans[r.caller.id]; ok && l.task != nil && l.task.Queue == q {
+			asking = 1
+		}
+		if q.Waiting() > 0 || q.Running() > 0 || q.Lent() > asking {
 			return false
 		}
-		r.sub.stats.state.Store(int32(Stopped)) // before Stop returns
-		if r.worker {
-			d.subWaiters--
-			if r.leaving {
-				d.subLeavers--
-			}
-		}
+		r.lane.stats.state.Store(int32(Stopped)) // before Stop returns
 		close(r.done)
 		return true
 	})
-	return len(d.stops) < n
 }
 
 // cancel counts the tasks in ws, which their submitters took back,
-// Canceled, and removes them from the scheduler, or revokes their
-// hand-offs. One that is in neither is in a worker's hands, and the worker
-// skips it, or a stop dropped it.
-func (d *dispatcher) cancel(ws []cancelable) {
+// Canceled, and removes them from the scheduler or the outbox. One that is
+// in neither is in a worker's hands, and the worker skips it, or a stop
+// dropped it.
+func (d *loop) cancel(ws []cancelable) {
 	for _, w := range ws {
 		at := w.spot()
-		d.p.noteCanceled(w, at.lane)
-		if at.lane == nil {
+		d.s.noteCanceled(w, laneOfQueue(at.queue))
+		if at.queue == nil {
 			continue // never queued: it was to run in its submitter
 		}
-		if d.sched.cancel(at.lane, at.seq) {
-			d.publishLane(at.lane)
+		if d.sched.Cancel(at.queue, at.seq) {
+			d.publishLane(at.queue)
 			continue
 		}
-		if e, turn, ok := d.out.revokeOne(at.lane, at.seq); ok {
+		back := d.h.Remove(func(e entry) bool { return e.Seq == at.seq }, d.back[:0])
+		for _, e := range back {
 			d.handed--
-			e.lane.handed--
-			d.sched.left(e, turn)
-			d.publishLane(e.lane)
-			d.clearBuffer()
+			if l := laneOf(&e); l != nil {
+				l.handed--
+			}
+			d.sched.Left(e)
+			d.publishLane(e.Queue)
 		}
+		clear(back)
+		d.back = back[:0]
 	}
 	d.publishInHand()
 }
 
-// publishLane publishes what a sub-pool's lane holds, for its Status: the
-// tasks waiting in it, and those handed out of it, less those taken back.
-func (d *dispatcher) publishLane(l *lane) {
-	if sub := subpoolOf(l); sub != nil {
-		sub.stats.inHand.Store(uint64(l.waiting) + l.handed)
-	}
-}
-
-// reap advances the reaping clock and tells the workers parked for at least
-// an idle timeout to exit, never going below MinWorkers, less the stale
-// ones: handed a task or a quit they have not yet received (see reap.go).
-func (d *dispatcher) reap() {
-	now := time.Now()
-	tick := d.p.tick.Load() + 1
-	d.clock.handled[tick%uint64(len(d.clock.handled))] = now
-	d.p.tick.Store(tick)
-	idle, received, forgot := d.crew.survey(&d.clock, tick, now)
-	if forgot {
-		d.publishWorkers()
-	}
-	d.quitParked(idle-int(d.handed+d.quits-received), d.cfg().minWorkers)
-	d.clock.run(d.p, d.workers() > d.cfg().minWorkers)
-}
-
-// windDown ends the dispatcher's work once the loop is finished: every
-// task accepted has been handed out and claimed, or dropped, and no
-// submitter is on its way. It tells the workers to exit once their tasks
-// end, answers the requests that come until they have (a sub-pool's Stop
-// returns as soon as its own tasks have ended), and waits for every
-// goroutine the pool started, but the stoppers, which wait for it. Then it
-// publishes what was dropped, for Stop, and closes p.done.
-func (d *dispatcher) windDown() {
-	p := d.p
+// windDown ends the loop's work once it is finished: every task accepted
+// has been handed out, or dropped, and no submitter is on its way. It
+// tells the workers to exit once the outbox is empty, answers the
+// requests that come until they have (a Stop drops what the outbox still
+// holds; a sub-pool's Stop returns as soon as its own tasks have ended),
+// and waits for every goroutine the pool started, but the stoppers, which
+// wait for it. Then it publishes what was dropped, for Stop, and closes
+// done.
+func (d *loop) windDown() {
+	s := d.s
 	d.down = true
-	close(p.closing) // the clock gives up
-	d.clock.stop()
-	close(p.work) // the workers exit once their tasks end
+	d.h.Close()      // the workers exit once the outbox is empty
+	close(s.closing) // the reaping clock stops
 	for {
 		d.collect()
+		d.checkDeadline()
 		d.answerStops()
-		if p.live.Load() <= int64(d.stoppers+d.subWaiters) {
-			// All have exited, and the clock, but the stoppers and the
-			// workers whose sub-pool's stop waits for a stopper's task
-			// (it waits on once the pool has stopped: see Subpool.stop).
-			break
+		if s.live.Load() <= int64(d.stoppers+d.waiters) {
+			break // all have exited, and the clock, but those that wait on the pool
 		}
 		select {
-		case r := <-p.control:
+		case r := <-s.control:
 			d.handle(r)
-		case <-p.wake:
+		case <-s.wake:
 			// A worker ended a task or exited.
 		}
 	}
 	d.collect()
 	d.answerStops()
-	slices.SortFunc(d.dropped, bySeq)
+	if d.h.Len() > 0 {
+		// A passed deadline held the outbox, and its last workers exited
+		// before the loop saw it pass.
+		d.dropQueue()
+	}
+	slices.SortFunc(d.dropped, sched.BySeq)
 	for _, e := range d.dropped {
-		if e.fn != nil {
-			p.abandoned = append(p.abandoned, e.fn)
+		if e.Fn != nil {
+			s.abandoned = append(s.abandoned, e.Fn)
 		}
 	}
-	p.dropped = len(d.dropped) > 0
-	d.setState(Stopped)
-	// The stoppers, if any, exit once their calls return: the last one
-	// to go closes exited, or, if none is left, the dispatcher does. Set
-	// ended before done closes, so that a sub-pool's stop that done
-	// releases finds the workers looking (see Subpool.waitLastEnded).
-	p.ended.Store(true)
-	close(p.done)
-	if p.live.Load() == 0 {
-		p.closeExited()
+	s.dropped = len(d.dropped) > 0
+	// The workers that wait on the pool, if any, exit once their tasks
+	// end: the last one to go closes exited, and says Stopped, or, if none
+	// is left, the loop does. Set ended before done closes, so that a sub-pool's stop that
+	// done releases finds the workers looking.
+	s.ended.Store(true)
+	close(s.done)
+	if s.live.Load() == 0 {
+		s.closeExited()
 	}
 }

@@ -92,62 +92,63 @@ type Status struct {
 }
 
 // Status returns a snapshot of the pool's state and counters. It reads
-// atomics only and never waits for the dispatcher, so it can be called from
-// a monitoring loop or from inside a task. It costs a read of each worker's
+// atomics only and never waits for the loop, so it can be called from a
+// monitoring loop or from inside a task. It costs a read of each worker's
 // record: a few nanoseconds a worker.
-func (p *Pool) Status() Status {
-	s := &p.stats
+func (p *Pool) Status() Status { return p.s.status() }
+
+func (s *state) status() Status {
+	st := &s.stats
 	// Read the panics before the tasks that include them, the tasks before
 	// the submissions that include them, and each gauge before its peak, so
 	// that every part is at most the whole it belongs to.
-	panicked := s.panicked.Load()
-	callerRan := s.callerRan.Load()
-	inHand := s.inHand.Load()
+	panicked := st.panicked.Load()
+	callerRan := st.callerRan.Load()
+	inHand := st.inHand.Load()
 	c := s.workersAndTasks()
-	workers, busy, done := c.workers, c.busy, c.done
-	waiting := p.waiting(inHand, c)
+	waiting := s.waiting(inHand, c)
 	return Status{
-		State:       State(s.state.Load()),
-		MaxWorkers:  int(s.maxWorkers.Load()),
-		MinWorkers:  p.cfg.minWorkers,
-		Workers:     workers,
-		Busy:        busy,
-		Idle:        workers - busy,
+		State:       State(st.state.Load()),
+		MaxWorkers:  int(st.maxWorkers.Load()),
+		MinWorkers:  s.cfg.minWorkers,
+		Workers:     c.workers,
+		Busy:        c.busy,
+		Idle:        c.workers - c.busy,
 		Waiting:     waiting,
-		PeakWorkers: int(s.peakWorkers.Load()),
-		PeakWaiting: s.peakAtLeast(waiting),
-		Submitted:   s.submitted.Load() + s.callerSubmitted.Load(),
-		Completed:   done + callerRan,
+		PeakWorkers: max(s.hand.PeakWorkers(), c.workers),
+		PeakWaiting: st.peakAtLeast(waiting),
+		Submitted:   st.submitted.Load() + st.callerSubmitted.Load(),
+		Completed:   c.done + callerRan,
 		Panicked:    panicked,
-		Rejected:    s.rejected.Load(),
-		Abandoned:   s.abandoned.Load(),
-		Canceled:    s.canceled.Load(),
-		Timed:       p.cfg.timings,
-		Wait:        p.timings.wait.snapshot(),
-		Run:         p.timings.run.snapshot(),
+		Rejected:    st.rejected.Load(),
+		Abandoned:   st.abandoned.Load(),
+		Canceled:    st.canceled.Load(),
+		Timed:       s.cfg.timings,
+		Wait:        s.timings.wait.snapshot(),
+		Run:         s.timings.run.snapshot(),
 	}
 }
 
 // waiting returns the tasks waiting for a worker, as of inHand (see
 // stats.inHand) and the workers' counts c, read after it: the tasks in the
-// dispatcher's hands that no worker has received. Counts read later only
-// grow, so a task that moves meanwhile is counted at most once, and the
+// loop's hands that no worker has received. Counts read later only grow,
+// so a task that moves meanwhile is counted at most once, and the
 // difference is held at 0. The sum is held to the bound, which the tasks
 // waiting never exceed.
-func (p *Pool) waiting(inHand uint64, c workerCounts) int {
+func (s *state) waiting(inHand uint64, c workerCounts) int {
 	n := 0
 	if received := c.received(); inHand > received {
 		n = int(inHand - received)
 	}
-	if bound := p.cfg.maxWaiting; bound > 0 {
+	if bound := s.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
 	}
 	return n
 }
 
 // peakAtLeast records n as PeakWaiting if it is higher, and returns
-// PeakWaiting. The dispatcher records the peaks it sees; tasks that workers
-// take from the hand-off buffer meanwhile may make Status see others.
+// PeakWaiting. The loop records the peaks it sees; tasks that workers take
+// from the outbox meanwhile may make Status see others.
 func (s *stats) peakAtLeast(n int) int { return int(raise(&s.peakWaiting, int64(n))) }
 
 // raise sets peak to n if n is higher, and returns the peak. Several
@@ -169,93 +170,30 @@ func raise(peak *atomic.Int64, n int64) int64 {
 // not slow each other down.
 const cacheLine = 64
 
-// stats holds what Status reports. The dispatcher is the only writer of
-// the fields up to reg, which it publishes with Store so that Status never
-// waits for it, but for workers, which the dispatcher counts in and workers
-// count out as they leave, and peakWaiting, which Status
-// raises too. The fields after the padding are added to by submitters and
-// workers.
+// stats holds what Status reports but the workers' counts. The loop is the
+// only writer of the fields up to the padding, but for peakWaiting, which
+// Status raises too; it publishes them with Store so that Status never
+// waits for it. The fields after the padding are added to by submitters
+// and workers.
 type stats struct {
-	state       atomic.Int32
-	maxWorkers  atomic.Int64
-	retireAbove atomic.Int64  // maxWorkers plus the stoppers: see dispatcher.setMax
-	workers     atomic.Uint64 // version<<32 | count; see countIn
-	peakWorkers atomic.Int64
+	state      atomic.Int32
+	maxWorkers atomic.Int64
 	// inHand counts the tasks waiting in the scheduler plus every task the
-	// dispatcher handed to a worker, less those it took back: those it
-	// holds, or that workers received or will. A task moving between the
-	// two leaves the sum as it is.
+	// loop handed out, less those it took back: those it holds, or that
+	// workers received or will. A task moving between the two leaves the
+	// sum as it is.
 	inHand      atomic.Uint64
 	peakWaiting atomic.Int64
-	submitted   atomic.Uint64 // tasks the dispatcher accepted
+	submitted   atomic.Uint64 // tasks the loop accepted
 	abandoned   atomic.Uint64
-	reg         atomic.Pointer[registry] // every worker, for Status to sum
 
-	_ [cacheLine]byte // the dispatcher's fields above, the others' below
+	_ [cacheLine]byte // the loop's fields above, the others' below
 
 	panicked        atomic.Uint64
 	rejected        atomic.Uint64
 	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
 	callerRan       atomic.Uint64 // of them, those that ended
 	canceled        atomic.Uint64 // tasks their submitters gave up on
-	quitsReceived   atomic.Uint64 // quits workers received
-}
-
-// A registry lists the workers for Status: those started and not yet
-// forgotten by the dispatcher, which forgets them once they have exited,
-// and the tasks that
-// the forgotten ones finished. The dispatcher replaces it whole, so a
-// reader sees each worker once.
-type registry struct {
-	workers []*worker
-	// retiredDone and retiredSkipped sum what the workers no longer listed
-	// did: the tasks they finished, and those they skipped.
-	retiredDone, retiredSkipped uint64
-}
-
-// The count of workers shares a word with a version that every change
-// increments, so that a reader can tell whether the count changed while it
-// looked at the workers. The dispatcher counts a worker in as it starts it,
-// and out as it sends it a quit; a worker counts itself out as it retires
-// or, once the dispatcher winds down, as it leaves.
-
-// countIn counts one more worker. Only the dispatcher calls it, so the
-// count it makes is at most one more than it saw: raising the peak to that
-// first keeps Workers <= PeakWorkers in every snapshot.
-func (s *stats) countIn() {
-	if n := int64(s.workerCount()) + 1; n > s.peakWorkers.Load() {
-		s.peakWorkers.Store(n)
-	}
-	s.workers.Add(1<<32 + 1)
-}
-
-// countOut counts one worker fewer; there is at least one.
-func (s *stats) countOut() {
-	s.workers.Add(1<<32 - 1) // version+1, count-1
-}
-
-// workerCount returns the count of workers.
-func (s *stats) workerCount() int { return int(uint32(s.workers.Load())) }
-
-// retireOne counts one worker out if there are more than the maximum (and
-// the stoppers beside it: retireAbove), and reports whether it did: the
-// calling worker then exits.
-func (s *stats) retireOne() bool { return s.countOutAbove(int(s.retireAbove.Load())) }
-
-// countOutAbove counts one worker out if there are more than floor, and
-// reports whether it did. Workers retiring at the same time count
-// themselves out too, so only a compare-and-swap keeps the count from
-// going below floor.
-func (s *stats) countOutAbove(floor int) bool {
-	for {
-		w := s.workers.Load()
-		if int(uint32(w)) <= floor {
-			return false
-		}
-		if s.workers.CompareAndSwap(w, w+1<<32-1) {
-			return true
-		}
-	}
 }
 
 // workerCounts are the workers' counts at one instant: how many there
@@ -266,31 +204,25 @@ type workerCounts struct {
 	done, skipped uint64
 }
 
-// received returns how many tasks the workers received and claimed.
+// received returns how many tasks the workers received.
 func (c workerCounts) received() uint64 { return c.done + c.skipped + uint64(c.busy) }
 
 // workersAndTasks returns the workers' counts. Busy is read from the same
 // workers as the count: the count did not change while they were read, and
 // a busy worker is always counted, so busy <= workers.
-func (s *stats) workersAndTasks() workerCounts {
+func (s *state) workersAndTasks() workerCounts {
 	for try := 1; ; try++ {
-		before := s.workers.Load()
-		reg := s.reg.Load()
-		c := workerCounts{done: reg.retiredDone, skipped: reg.retiredSkipped}
-		for _, w := range reg.workers {
-			phase := w.phase.Load()
-			c.busy += int(phase & 1)
-			c.done += phase >> 1
-			c.skipped += w.skipped.Load()
-		}
-		after := s.workers.Load()
-		c.workers = int(uint32(after))
+		_, before := s.hand.Workers()
+		c := s.crew.counts()
+		n, after := s.hand.Workers()
+		c.workers = n
 		if after == before {
+			c.busy = min(c.busy, c.workers)
 			return c
 		}
 		// A worker started or left meanwhile: look again. Workers start
-		// and leave seldom compared with a read of the registry, but
-		// should they never stop, the bound still holds.
+		// and leave seldom compared with a read of the crew, but should
+		// they never stop, the bound still holds.
 		if try == 8 {
 			c.busy = min(c.busy, c.workers)
 			return c

@@ -17,18 +17,18 @@ type Submitter interface {
 	SubmitWait(task func()) error
 	SubmitKey(key string, task func()) error
 
-	// target returns the pool and the sub-pool (nil: the pool's own
-	// queue) that submissions go to.
-	target() (*Pool, *Subpool)
+	// target returns the pool's state and the sub-pool's lane (nil: the
+	// pool's own queue) that submissions go to.
+	target() (*state, *lane)
 }
 
-func (p *Pool) target() (*Pool, *Subpool) { return p, nil }
+func (p *Pool) target() (*state, *lane) { return p.s, nil }
 
 // mustTarget returns s.target(), and panics, naming the function fn, if s
 // is nil: a nil interface, or a nil *Pool or *Subpool in one. A nil
 // Submitter is a programming error, which would otherwise show as a nil
 // dereference, sometimes on a worker, far from its cause.
-func mustTarget(fn string, s Submitter) (*Pool, *Subpool) {
+func mustTarget(fn string, s Submitter) (*state, *lane) {
 	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
 		panic("workerpool: " + fn + ": nil Submitter")
 	}
@@ -41,16 +41,6 @@ func mustContext(fn string, ctx context.Context) {
 	if ctx == nil {
 		panic("workerpool: " + fn + ": nil context")
 	}
-}
-
-// A message is what travels on Pool.tasks to the dispatcher: a task, with
-// where it goes, or a request (req set, and nothing else).
-type message struct {
-	task
-	sub   *Subpool // the task's sub-pool; nil for the pool's own queue
-	key   string   // a keyed task's key
-	keyed bool     // the task has a key: key, which may be ""
-	req   *request
 }
 
 // Submit queues task to run on a worker and returns without waiting for it.
@@ -71,10 +61,10 @@ func (p *Pool) Submit(fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	if p.cfg.maxWaiting == 0 {
-		return p.send(message{task: task{fn: fn}}) // the common case, kept short
+	if p.s.cfg.maxWaiting == 0 {
+		return p.s.send(message{task: task{Fn: fn}}) // the common case, kept short
 	}
-	return p.submitTo(nil, nil, message{task: task{fn: fn}}, p.cfg.overflow)
+	return p.s.submitTo(nil, nil, message{task: task{Fn: fn}}, p.s.cfg.overflow)
 }
 
 // SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
@@ -85,7 +75,7 @@ func (p *Pool) Submit(fn func()) error {
 // SubmitCtx panics if ctx is nil.
 func (p *Pool) SubmitCtx(ctx context.Context, fn func()) error {
 	mustContext("SubmitCtx", ctx)
-	return p.submitCtx(nil, ctx, fn)
+	return p.s.submitCtx(nil, ctx, fn)
 }
 
 // TrySubmit is [Pool.Submit] that never waits for room, whatever the
@@ -95,7 +85,7 @@ func (p *Pool) TrySubmit(fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return p.submitTo(nil, nil, message{task: task{fn: fn}}, Reject)
+	return p.s.submitTo(nil, nil, message{task: task{Fn: fn}}, Reject)
 }
 
 // SubmitWait submits task as [Pool.Submit] does and waits for it to finish.
@@ -106,7 +96,7 @@ func (p *Pool) TrySubmit(fn func()) error {
 // one object, of 40 bytes.
 //
 // Calling SubmitWait from inside a task of the same pool can deadlock.
-func (p *Pool) SubmitWait(fn func()) error { return p.submitWait(nil, fn) }
+func (p *Pool) SubmitWait(fn func()) error { return p.s.submitWait(nil, fn) }
 
 // SubmitKey is [Pool.Submit] for a task with a key: tasks submitted to the
 // pool with the same key never run at once, and start in the order they
@@ -119,115 +109,119 @@ func (p *Pool) SubmitWait(fn func()) error { return p.submitWait(nil, fn) }
 // waits for room in a full queue, as under [Block]. So calling SubmitKey
 // from inside a task of the same pool can deadlock when the queue is
 // bounded, whatever the policy.
-func (p *Pool) SubmitKey(key string, fn func()) error { return p.submitKey(nil, key, fn) }
+func (p *Pool) SubmitKey(key string, fn func()) error { return p.s.submitKey(nil, key, fn) }
 
-// submitCtx is the body of SubmitCtx for the pool (s nil) or sub-pool s.
-func (p *Pool) submitCtx(s *Subpool, ctx context.Context, fn func()) error {
+// submitCtx is the body of SubmitCtx for the pool (l nil) or the
+// sub-pool of lane l.
+func (s *state) submitCtx(l *lane, ctx context.Context, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
 	if err := ctx.Err(); err != nil {
-		if p.closed.Load() || s != nil && s.closed.Load() {
+		if s.closed.Load() || l != nil && l.closed.Load() {
 			return ErrStopped
 		}
 		return err
 	}
-	return p.submitTo(s, ctx, message{task: task{fn: fn}}, p.cfg.overflow)
+	return s.submitTo(l, ctx, message{task: task{Fn: fn}}, s.cfg.overflow)
 }
 
-// submitWait is the body of SubmitWait for the pool (s nil) or sub-pool s.
-func (p *Pool) submitWait(s *Subpool, fn func()) error {
+// submitWait is the body of SubmitWait for the pool (l nil) or the
+// sub-pool of lane l.
+func (s *state) submitWait(l *lane, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
 	w := &waitTask{fn: fn}
 	w.done.Add(1)
-	if err := p.submitTo(s, nil, message{task: task{w: w}}, p.cfg.overflow); err != nil {
+	if err := s.submitTo(l, nil, message{task: task{W: w}}, s.cfg.overflow); err != nil {
 		return err
 	}
 	w.done.Wait()
 	return w.err
 }
 
-// submitKey is the body of SubmitKey for the pool (s nil) or sub-pool s.
-func (p *Pool) submitKey(s *Subpool, key string, fn func()) error {
+// submitKey is the body of SubmitKey for the pool (l nil) or the sub-pool
+// of lane l.
+func (s *state) submitKey(l *lane, key string, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return p.submitTo(s, nil, message{task: task{fn: fn}, key: key, keyed: true}, p.cfg.overflow)
+	return s.submitTo(l, nil, message{task: task{Fn: fn}, key: key, keyed: true}, s.cfg.overflow)
 }
 
 // submitWaiter submits w, through to, as SubmitWait does without waiting. If
 // it returns nil, the pool calls w.finish exactly once; if not, never.
 func submitWaiter(to Submitter, ctx context.Context, w waiter, overflow Overflow) error {
-	p, s := to.target()
-	return p.submitTo(s, ctx, message{task: task{w: w}}, overflow)
+	s, l := to.target()
+	return s.submitTo(l, ctx, message{task: task{W: w}}, overflow)
 }
 
-// submitTo hands m to the dispatcher, for the pool's own queue (s nil) or
-// sub-pool s. ctx may be nil.
+// submitTo hands m to the loop, for the pool's own queue (l nil) or the
+// sub-pool of lane l. ctx may be nil.
 //
 // A keyed task, or a sub-pool's, never runs in its submitter, whatever the
 // policy: beside a task with its key, or beside its sub-pool's tasks, it
 // could break the key's order or the sub-pool's limit. Under CallerRuns it
 // waits for room, as under Block.
-func (p *Pool) submitTo(s *Subpool, ctx context.Context, m message, overflow Overflow) error {
-	if overflow == CallerRuns && (s != nil || m.keyed) {
+func (s *state) submitTo(l *lane, ctx context.Context, m message, overflow Overflow) error {
+	if overflow == CallerRuns && (l != nil || m.keyed) {
 		overflow = Block
 	}
-	if s != nil {
-		m.sub = s
-		return p.submitGated(s, ctx, m, overflow)
+	if l != nil {
+		m.lane = l
+		return s.submitGated(l, ctx, m, overflow)
 	}
-	err := p.submit(ctx, m, overflow, nil)
+	err := s.submit(ctx, m, overflow, nil)
 	if err == errRunHere {
-		return p.runHere(m.task)
+		return s.runHere(m.task)
 	}
 	return err
 }
 
-// submitGated is submit for sub-pool s. Its submitters hold its gate while
-// they submit, so that a Subpool.Stop or StopWait, which takes the gate
-// once it is closed, knows that no submission to it is on its way.
-func (p *Pool) submitGated(s *Subpool, ctx context.Context, m message, overflow Overflow) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed.Load() {
-		return ErrStopped
+// submitGated is submit for the sub-pool of lane l. Its submitters hold
+// its gate while they submit, so that a Subpool.Stop or StopWait, which
+// takes the gate once it is closed, knows that no submission to it is on
+// its way.
+func (s *state) submitGated(l *lane, ctx context.Context, m message, overflow Overflow) error {
+	l.gate.RLock()
+	defer l.gate.RUnlock()
+	if l.closed.Load() {
+		return l.errStopped()
 	}
-	return p.submit(ctx, m, overflow, s.stopping)
+	return s.submit(ctx, m, overflow, l.stopping)
 }
 
 // errRunHere is submit's answer when the queue is full and the task is to
 // run in its submitter, under CallerRuns.
 var errRunHere = errors.New("workerpool: run in the caller")
 
-// submit hands m to the dispatcher. A Block submitter waits while the
-// bounded queue is full; the others give up when the dispatcher answers on
+// submit hands m to the loop. A Block submitter waits while the
+// bounded queue is full; the others give up when the loop answers on
 // reject. ctx may be nil; so may stop, a sub-pool's stopping.
-func (p *Pool) submit(ctx context.Context, m message, overflow Overflow, stop <-chan struct{}) error {
-	if ctx == nil && p.cfg.maxWaiting == 0 {
-		return p.send(m)
+func (s *state) submit(ctx context.Context, m message, overflow Overflow, stop <-chan struct{}) error {
+	if ctx == nil && s.cfg.maxWaiting == 0 {
+		return s.send(m)
 	}
-	if p.closed.Load() {
+	if s.closed.Load() {
 		return ErrStopped
 	}
-	// Fast path: the dispatcher is waiting for a task.
+	// Fast path: the loop is waiting for a task.
 	select {
-	case p.tasks <- m:
+	case s.tasks <- m:
 		return nil
 	default:
 	}
 	var reject <-chan struct{}
 	if overflow != Block {
-		reject = p.reject
+		reject = s.reject
 	}
 	var cancel <-chan struct{}
 	if ctx != nil {
 		cancel = ctx.Done()
 	}
 	select {
-	case p.tasks <- m:
+	case s.tasks <- m:
 		// Accepted: it will run, or Stop returns it or tells its waiter.
 		return nil
 	case <-reject:
@@ -235,60 +229,60 @@ func (p *Pool) submit(ctx context.Context, m message, overflow Overflow, stop <-
 		if overflow == CallerRuns {
 			return errRunHere
 		}
-		p.stats.rejected.Add(1)
-		if m.sub != nil {
-			m.sub.stats.rejected.Add(1)
+		s.stats.rejected.Add(1)
+		if m.lane != nil {
+			m.lane.stats.rejected.Add(1)
 		}
 		return ErrQueueFull
-	case <-p.stopping:
-		// The dispatcher closed it when it stopped accepting.
+	case <-s.stopping:
+		// The loop closed it when it stopped accepting.
 		return ErrStopped
 	case <-stop:
 		// The sub-pool is stopping.
-		return ErrStopped
+		return m.lane.errStopped()
 	case <-cancel:
 		// Gave up waiting for room.
 		return ctx.Err()
 	}
 }
 
-// send hands m to the dispatcher of a pool whose queue is unbounded: the
-// dispatcher receives whenever it is not busy, so a plain send, cheaper
+// send hands m to the loop of a pool whose queue is unbounded: the
+// loop receives whenever it is not busy, so a plain send, cheaper
 // than a select, will do. A plain send cannot give up when the pool stops,
-// so a submitter first counts itself on its way (p.onWay), then checks
-// p.closed: the dispatcher, which sets p.closed first and then reads the
+// so a submitter first counts itself on its way (state.onWay), then checks
+// state.closed: the loop, which sets closed first and then reads the
 // count, finishes only once every submitter that got past the check has
-// handed its task over. A submitter that sees p.closed before it counts
+// handed its task over. A submitter that sees closed before it counts
 // itself does not: else submitters that keep trying a stopped pool could
 // keep the count above zero, each preempted between its count and its
 // check, and the stop from ever finishing.
-func (p *Pool) send(m message) error {
-	if p.closed.Load() {
+func (s *state) send(m message) error {
+	if s.closed.Load() {
 		return ErrStopped
 	}
-	c := p.onWay.enter()
-	if p.closed.Load() {
-		p.leave(c)
+	c := s.onWay.enter()
+	if s.closed.Load() {
+		s.leave(c)
 		return ErrStopped
 	}
-	p.tasks <- m
-	p.leave(c)
+	s.tasks <- m
+	s.leave(c)
 	return nil
 }
 
 // leave counts a submitter out of the count c that enter gave it, and, if
-// the pool is stopping, tells the dispatcher, which may be waiting for it.
-func (p *Pool) leave(c *atomic.Int64) {
+// the pool is stopping, tells the loop, which may be waiting for it.
+func (s *state) leave(c *atomic.Int64) {
 	c.Add(-1)
-	if p.closed.Load() {
-		p.signal()
+	if s.closed.Load() {
+		s.hand.Signal()
 	}
 }
 
-// onWay counts the submitters on their way to the dispatcher, on several
+// onWay counts the submitters on their way to the loop, on several
 // counters, each on its cache line: one shared counter, which every
 // submitter writes twice per task, would have them wait for each other's
-// writes. A submitter picks one at random; the dispatcher adds them up,
+// writes. A submitter picks one at random; the loop adds them up,
 // only once the pool is stopping.
 type onWay struct {
 	counts [onWayCounts]struct {
@@ -323,21 +317,21 @@ func (o *onWay) empty() bool {
 
 // runHere runs t in its submitter, for CallerRuns, unless the pool has
 // stopped meanwhile: once it has, nothing is accepted, not even here.
-func (p *Pool) runHere(t task) error {
-	if p.closed.Load() {
+func (s *state) runHere(t task) error {
+	if s.closed.Load() {
 		return ErrStopped // uncounted, as in send
 	}
-	c := p.onWay.enter()
-	if p.closed.Load() {
-		p.leave(c)
+	c := s.onWay.enter()
+	if s.closed.Load() {
+		s.leave(c)
 		return ErrStopped
 	}
-	p.stats.callerSubmitted.Add(1)
-	p.leave(c)
-	if t.w != nil && !t.w.take() {
+	s.stats.callerSubmitted.Add(1)
+	s.leave(c)
+	if t.W != nil && !t.W.take() {
 		return nil // its submitter gave up on it already
 	}
-	p.run(&entry{task: t}, nil)
+	s.run(&entry{Task: t}, nil)
 	return nil
 }
 

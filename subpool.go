@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"time"
+
+	"github.com/dispatchkit/workerpool/internal/sched"
 )
 
 // A Subpool is a kind of work on a [Pool]: mail, downloads, one tenant's
@@ -23,101 +24,35 @@ import (
 // sub-pool's included, and its overflow policy applies to them. A sub-pool
 // task held back by its limit, or by its key, counts as waiting. [Pool.Pause]
 // holds every sub-pool, and the pool's Stop, StopWait and Shutdown cover
-// them all. A sub-pool holds no memory for tasks while it has none, and
-// once stopped and dropped, nothing of it is left.
+// them all. Once stopped and dropped, nothing of a sub-pool is left.
 type Subpool struct {
 	p    *Pool
 	name string
-	lane *lane // its queue in the scheduler; owned by the dispatcher
-
-	stats   subStats
-	timings taskTimings // with WithTaskTimings
-
-	// Submitters hold gate for reading while they submit. Stop and
-	// StopWait close stopping, which releases the submitters waiting for
-	// room, then set closed holding gate for writing, so that when they
-	// send their request no submission to the sub-pool is on its way.
-	gate     sync.RWMutex
-	closed   atomic.Bool
-	stopping chan struct{}
-	once     sync.Once
-
-	// lastEnded is closed once the pool has stopped and no task of the
-	// sub-pool runs: a Stop or StopWait that the pool's stop overtook
-	// waits for it, made by the first of them (see waitLastEnded).
-	lastEnded       atomic.Pointer[chan struct{}]
-	lastEndedClosed atomic.Bool
+	lane *lane
 }
 
 // Subpool returns a new sub-pool of p called name, whose tasks run on p's
 // workers, at most limit of them at once. name is only a label, for the
 // caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
-// pool, the sub-pool's submissions return [ErrStopped].
-//
-// The pool hands tasks out ahead of its workers, to a small buffer, in the
-// order of the queues' turns. When a task comes to a sub-pool with none
-// waiting, the tasks in the buffer that no worker has taken come back, and
-// it goes after one turn of each queue already waiting: behind the tasks
-// workers had taken by then, at most one each and those they take in the
-// moment before the pool sees it (see the package doc's Order). A sub-pool
-// with no task waiting costs the pool nothing.
+// pool, the sub-pool's submissions return [ErrStopped]. A sub-pool with no
+// task waiting costs the pool nothing.
 //
 // Subpool panics if limit < 1.
 func (p *Pool) Subpool(name string, limit int) *Subpool {
 	if limit < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
 	}
-	s := &Subpool{p: p, name: name, stopping: make(chan struct{})}
-	s.stats.limit.Store(int64(limit))
-	s.lane = &lane{owner: s, limit: limit}
+	s := &Subpool{p: p, name: name}
+	s.lane = &lane{sub: s, stopping: make(chan struct{})}
+	s.lane.queue = sched.NewQueue[waiter](s.lane, limit)
+	s.lane.stats.limit.Store(int64(limit))
 	p.subpools.mu.Lock()
 	p.subpools.list = append(p.subpools.list, s)
 	p.subpools.mu.Unlock()
 	return s
 }
 
-// subStats are a sub-pool's counters, for its Status. The dispatcher
-// writes the first group; the others are added to by submitters and
-// workers.
-type subStats struct {
-	state       atomic.Int32
-	limit       atomic.Int64
-	submitted   atomic.Uint64 // tasks the dispatcher accepted
-	abandoned   atomic.Uint64 // dropped by a stop
-	peakWaiting atomic.Int64
-	// inHand counts the tasks in the sub-pool's lane and those handed out
-	// of it, less those taken back (see publishLane): those no worker has
-	// started are waiting.
-	inHand atomic.Uint64
-
-	_ [cacheLine]byte
-
-	started, ended atomic.Uint64 // tasks workers started and ended
-	skipped        atomic.Uint64 // tasks workers received and did not run: their submitters gave up on them
-	canceled       atomic.Uint64 // tasks their submitters gave up on
-	panicked       atomic.Uint64
-	rejected       atomic.Uint64
-}
-
-// waiting returns the sub-pool's tasks waiting: those in its lane, and
-// those handed out of it that no worker has started or skipped. A task that
-// a worker is taking, between its receive and its start, still counts, so
-// the sum may pass the pool's bound for that moment: it is held to it.
-// Reading inHand first can only make the sum smaller.
-func (s *Subpool) waiting() int {
-	st := &s.stats
-	n := int(st.inHand.Load()) - int(st.started.Load()) - int(st.skipped.Load())
-	if bound := s.p.cfg.maxWaiting; bound > 0 {
-		n = min(n, bound)
-	}
-	return max(n, 0)
-}
-
-// notePeak records the sub-pool's waiting tasks as its PeakWaiting if they
-// are more. Status raises the peak too, to the Waiting it reports.
-func (s *Subpool) notePeak() { raise(&s.stats.peakWaiting, int64(s.waiting())) }
-
-func (s *Subpool) target() (*Pool, *Subpool) { return s.p, s }
+func (s *Subpool) target() (*state, *lane) { return s.p.s, s.lane }
 
 // Subpools returns the pool's sub-pools that have not been stopped, in the
 // order they were made: a metrics exporter lists them at each scrape. A
@@ -140,13 +75,14 @@ func (s *Subpool) Submit(fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return s.p.submitTo(s, nil, message{task: task{fn: fn}}, s.p.cfg.overflow)
+	st := s.p.s
+	return st.submitTo(s.lane, nil, message{task: task{Fn: fn}}, st.cfg.overflow)
 }
 
 // SubmitCtx is [Pool.SubmitCtx] for the sub-pool. It panics if ctx is nil.
 func (s *Subpool) SubmitCtx(ctx context.Context, task func()) error {
 	mustContext("Subpool.SubmitCtx", ctx)
-	return s.p.submitCtx(s, ctx, task)
+	return s.p.s.submitCtx(s.lane, ctx, task)
 }
 
 // TrySubmit is [Pool.TrySubmit] for the sub-pool.
@@ -154,11 +90,11 @@ func (s *Subpool) TrySubmit(fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return s.p.submitTo(s, nil, message{task: task{fn: fn}}, Reject)
+	return s.p.s.submitTo(s.lane, nil, message{task: task{Fn: fn}}, Reject)
 }
 
 // SubmitWait is [Pool.SubmitWait] for the sub-pool.
-func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task) }
+func (s *Subpool) SubmitWait(task func()) error { return s.p.s.submitWait(s.lane, task) }
 
 // SubmitKey is [Pool.SubmitKey] for the sub-pool: tasks submitted to the
 // sub-pool with the same key never run at once and start in the order they
@@ -168,7 +104,9 @@ func (s *Subpool) SubmitWait(task func()) error { return s.p.submitWait(s, task)
 // A sub-pool's task never runs in its submitter: under [CallerRuns], its
 // submissions wait for room in a full queue, as under [Block], so that no
 // task runs beside the sub-pool's limit.
-func (s *Subpool) SubmitKey(key string, task func()) error { return s.p.submitKey(s, key, task) }
+func (s *Subpool) SubmitKey(key string, task func()) error {
+	return s.p.s.submitKey(s.lane, key, task)
+}
 
 // Group returns a new group of tasks that run on the sub-pool, as
 // [Pool.Group] does for the pool. It panics if ctx is nil.
@@ -178,25 +116,23 @@ func (s *Subpool) Group(ctx context.Context) *Group {
 }
 
 // Stop stops the sub-pool: it accepts no more tasks, drops the tasks still
-// waiting in it, and returns once its running tasks have finished, whatever the
-// rest of the pool is doing: the pool and its other sub-pools go on, and Stop
-// waits for none of their tasks, also while the pool itself stops. Of its
-// tasks, those that started are the earliest it accepted, but for those a busy
-// key held back, whatever workers take meanwhile. The first call returns the
+// waiting in it, and returns once its running tasks have finished,
+// whatever the rest of the pool is doing: the pool and its other sub-pools
+// go on, and Stop waits for none of their tasks, also while the pool
+// itself stops. Of its tasks, those that started are the earliest it
+// accepted, but for those a busy key held back. The first call returns the
 // dropped fire-and-forget tasks, keyed or not, in the order the sub-pool
-// accepted them: the rest. Later calls return nil. Dropped [Subpool.SubmitWait]
+// accepted them; later calls return nil. Dropped [Subpool.SubmitWait]
 // tasks are not returned: their callers get [ErrStopped]. After the pool's
 // Stop, Stop drops nothing: the pool's stop did.
 //
-// Calling Stop or StopWait from inside a task of the sub-pool deadlocks:
-// the task waits for the sub-pool, and the sub-pool for the task; and so
-// do calls in a cycle (a task of s stops t while a task of t stops s). A
-// task of the pool or of another sub-pool may call them: it waits, and
-// counts against the pool's maximum meanwhile, as in SubmitWait. If a task
-// of the sub-pool waits in the pool's Stop, StopWait or Shutdown, they
-// return once that task has ended, after the pool has stopped. To tell
-// the pool's workers from other callers, they read their caller's stack
-// trace: a few microseconds.
+// Called from a task of the pool, Stop lends that task's place while it
+// waits, as the pool's Stop does: another task may run in it. It does not
+// wait for the task that calls it, if that is one of the sub-pool's own,
+// nor for tasks whose workers wait in the pool's Stop, StopWait or
+// Shutdown. Calls in a cycle (a task of s stops t while a task of t stops
+// s) deadlock. To tell the pool's workers from other callers, it reads its
+// caller's stack trace: a few microseconds.
 func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 
 // StopWait stops the sub-pool gracefully: it accepts no more tasks, and
@@ -204,58 +140,48 @@ func (s *Subpool) Stop() []func() { return s.stop(subStopRequest) }
 // sub-pools go on. A [Subpool.Stop] meanwhile drops the tasks left.
 func (s *Subpool) StopWait() { s.stop(subDrainRequest) }
 
-// stop closes the sub-pool to submissions and sends the dispatcher a request
-// of kind, subStopRequest or subDrainRequest, then waits for it to take
+// stop closes the sub-pool to submissions and sends the loop a request of
+// kind, subStopRequest or subDrainRequest, then waits for it to take
 // effect: for the sub-pool to have no task waiting or running.
 func (s *Subpool) stop(kind requestKind) []func() {
-	s.once.Do(func() {
-		close(s.stopping)
-		s.gate.Lock()
-		s.closed.Store(true)
-		s.gate.Unlock()
+	l, st := s.lane, s.p.s
+	l.once.Do(func() {
+		close(l.stopping)
+		l.gate.Lock()
+		l.closed.Store(true)
+		l.gate.Unlock()
 	})
 	defer s.p.forget(s)
-	r := &request{kind: kind, sub: s, done: make(chan struct{})}
-	if stack := ownStack(); s.p.onWorker(stack) {
-		r.worker, r.leaving = true, leaving(stack) // the pool's stop does not wait for it
-	}
-	if s.p.request(r) {
+	lent := st.lend()
+	defer st.reclaim(lent)
+	r := &request{kind: kind, lane: l, caller: lent.caller, done: make(chan struct{})}
+	if st.request(r) {
 		select {
 		case <-r.done:
 			return r.tasks
-		case <-s.p.done:
+		case <-st.done:
 		}
 	}
 	// The pool has stopped first: what of the sub-pool still runs are
-	// tasks that called the pool's Stop, StopWait or Shutdown, which end
-	// once their calls return.
-	s.waitLastEnded()
-	s.stats.state.Store(int32(Stopped))
+	// tasks whose workers wait on the pool, in its Stop, StopWait or
+	// Shutdown, which end once their calls return; and the caller's own,
+	// if it is one.
+	asking := uint64(0)
+	if lent.lentLane == l {
+		asking = 1
+	}
+	waitLastEnded(l, asking)
+	l.stats.state.Store(int32(Stopped))
 	return r.tasks // written, if at all, before the pool stopped
 }
 
-// waitLastEnded waits, once the pool has stopped, until no task of s
-// runs. No task starts any more, so the count of those running only falls.
-func (s *Subpool) waitLastEnded() {
-	ch := make(chan struct{})
-	if !s.lastEnded.CompareAndSwap(nil, &ch) {
-		ch = *s.lastEnded.Load()
-	}
-	if s.stats.started.Load() == s.stats.ended.Load() {
-		return // the last to end may have looked before ended was made
-	}
-	<-ch
-}
-
-// noteLastEnded closes lastEnded, if a stop waits for it, once no task of
-// s runs: a worker that ends one of its tasks calls it once the pool has
-// stopped.
-func (s *Subpool) noteLastEnded() {
-	if s.stats.started.Load() != s.stats.ended.Load() {
-		return
-	}
-	if ch := s.lastEnded.Load(); ch != nil && s.lastEndedClosed.CompareAndSwap(false, true) {
-		close(*ch)
+// waitLastEnded waits, once the pool has stopped, until no task of lane l
+// runs but asking (the caller's): no task starts any more, so the count of
+// those running only falls. It polls, as a rare wait may: only tasks whose
+// workers wait on the pool can still run.
+func waitLastEnded(l *lane, asking uint64) {
+	for wait := time.Millisecond; l.stats.started.Load()-l.stats.ended.Load() > asking; wait = min(2*wait, 100*time.Millisecond) {
+		time.Sleep(wait)
 	}
 }
 
@@ -276,39 +202,39 @@ func (s *Subpool) Resize(n int) {
 	if n < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool.Resize(%d): the limit must be at least 1", n))
 	}
-	r := &request{kind: subResizeRequest, sub: s, n: n, done: make(chan struct{})}
-	if s.p.request(r) {
+	r := &request{kind: subResizeRequest, lane: s.lane, n: n, done: make(chan struct{})}
+	if s.p.s.request(r) {
 		<-r.done
 	}
 }
 
 // Status returns a snapshot of the sub-pool's own tasks: Submitted,
-// Completed, Panicked, Rejected, Abandoned, Canceled, Busy (its tasks running),
-// Waiting (held back by its turn, its limit or a key, or by a pause) and
-// PeakWaiting, with MaxWorkers its limit and State its stage (or the
-// pool's, while it is running). The fields about workers are zero: a
-// sub-pool's tasks run on the pool's workers, which [Pool.Status] counts.
-// As there, each field is read on its own, in an order that keeps each
-// part within its whole: Panicked <= Completed <= Submitted, Busy <=
+// Completed, Panicked, Rejected, Abandoned, Canceled, Busy (its tasks
+// running), Waiting (held back by its turn, its limit or a key, or by a
+// pause) and PeakWaiting, with MaxWorkers its limit and State its stage
+// (or the pool's, while it is running). The fields about workers are zero:
+// a sub-pool's tasks run on the pool's workers, which [Pool.Status]
+// counts. As there, each field is read on its own, in an order that keeps
+// each part within its whole: Panicked <= Completed <= Submitted, Busy <=
 // MaxWorkers (unless a Resize lowered it while more ran), and Waiting <=
 // PeakWaiting <= the pool's bound.
 func (s *Subpool) Status() Status {
-	st := &s.stats
-	// Workers count a task ended before panicked, and the dispatcher
-	// counts it submitted before it starts: reading the parts first keeps
-	// them within their wholes. Busy is a difference: reading the amount
+	l, st := s.lane, &s.lane.stats
+	// Workers count a task ended before panicked, and the loop counts it
+	// submitted before it starts: reading the parts first keeps them
+	// within their wholes. Busy is a difference: reading the amount
 	// subtracted last can only make it smaller.
 	panicked := st.panicked.Load()
 	completed := st.ended.Load()
 	submitted := st.submitted.Load()
-	waiting := s.waiting()
+	waiting := l.waiting(s.p.s.cfg.maxWaiting)
 	started := st.started.Load()
 	abandoned := st.abandoned.Load()
 	canceled := st.canceled.Load()
 	ended := st.ended.Load()
 	state := State(st.state.Load())
 	if state == Running {
-		state = State(s.p.stats.state.Load())
+		state = State(s.p.s.stats.state.Load())
 	}
 	return Status{
 		State:       state,
@@ -322,8 +248,8 @@ func (s *Subpool) Status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
 		Canceled:    canceled,
-		Timed:       s.p.cfg.timings,
-		Wait:        s.timings.wait.snapshot(),
-		Run:         s.timings.run.snapshot(),
+		Timed:       s.p.s.cfg.timings,
+		Wait:        l.timings.wait.snapshot(),
+		Run:         l.timings.run.snapshot(),
 	}
 }

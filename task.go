@@ -1,19 +1,23 @@
 package workerpool
 
 import (
-	"sync"
 	"sync/atomic"
+
+	"github.com/dispatchkit/workerpool/internal/sched"
 )
 
-// A task is one submitted piece of work: a fire-and-forget func, or a
-// waiter, whose submitter learns what became of it. Exactly one is set.
-type task struct {
-	fn func()
-	w  waiter
-}
+// The scheduler's types, for the pool's waiter: a task is a fire-and-forget
+// func or a waiter; an entry is a task as the scheduler knows it, with its
+// queue, its key and its seq.
+type (
+	task      = sched.Task[waiter]
+	entry     = sched.Entry[waiter]
+	queue     = sched.Queue[waiter]
+	scheduler = sched.Scheduler[waiter]
+)
 
 // A waiter is a task whose submitter learns what became of it: the task of
-// a SubmitWait, a Future, a Call, a Group or a Map.
+// a SubmitWait, a Future, a Call, a Group or a Map, or a Local's.
 //
 // Before it runs or drops the task, the pool takes it: take reports false
 // if its submitter gave up on it first, and then the pool neither runs it
@@ -22,8 +26,8 @@ type task struct {
 // returned, panicked or called runtime.Goexit (with nil or the
 // *PanicError); or, instead, finish with ErrStopped when a stop dropped the
 // task. do returns nil, or why the task could not run at all: its worker's
-// state could not be opened. finish may run on a worker, the dispatcher or
-// the submitter, so it must not block or call into the pool.
+// state could not be opened. finish may run on a worker, the loop or the
+// submitter, so it must not block or call into the pool.
 type waiter interface {
 	take() bool
 	do(l *locals) (notRun error)
@@ -66,8 +70,8 @@ func (c *takeState) take() bool {
 // first, and reports whether it did.
 func (c *takeState) giveUp() bool { return c.state.CompareAndSwap(undecided, givenUp) }
 
-// locals holds a worker's states, one for each Local its tasks asked for. Only
-// the worker's goroutine touches it.
+// locals holds a worker's states, one for each Local its tasks asked for.
+// Only the worker's goroutine touches it.
 type locals struct {
 	values []localValue
 }
@@ -79,44 +83,3 @@ type localValue struct {
 	value any
 	close func(any)
 }
-
-// A report tells the dispatcher that a task whose end the scheduler must
-// know ended (ended): a sub-pool's task (its limit, its stop) or a keyed
-// one (its key); or that a worker skipped a task its submitter gave up on
-// (skipped), which the dispatcher counts Canceled. It holds the task's lane
-// and key line, not the task.
-type report struct {
-	lane    *lane
-	line    *keyLine
-	ended   bool
-	skipped waiter
-}
-
-// reports carries the reports from the workers to the dispatcher. A worker
-// adds its report and, if the dispatcher listens, wakes it; the dispatcher
-// takes them all at once.
-type reports struct {
-	mu   sync.Mutex
-	list []report
-	n    atomic.Int64 // len(list), for the dispatcher to look without the lock
-}
-
-func (r *reports) add(x report) {
-	r.mu.Lock()
-	r.list = append(r.list, x)
-	r.n.Store(int64(len(r.list)))
-	r.mu.Unlock()
-}
-
-// take swaps the list for buf, emptied, and returns the list.
-func (r *reports) take(buf []report) []report {
-	r.mu.Lock()
-	got := r.list
-	r.list = buf[:0]
-	r.n.Store(0)
-	r.mu.Unlock()
-	return got
-}
-
-// maxReuse is the most reports whose list the dispatcher keeps for reuse.
-const maxReuse = 256

@@ -84,32 +84,28 @@ type taskTimings struct {
 	wait, run timingStats
 }
 
-// now returns the pool's clock: the time since it was made, plus one, so
-// that 0 can mean "not timed" in entry.accepted.
-func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) + 1 }
-
-// timeTask records the timing of the task of h, accepted at h.accepted
+// timeTask records the timing of the task of h, accepted at h.Accepted
 // (0: it never waited, having run in its submitter), started at start and
 // ended now, and hands it to the observer.
-func (p *Pool) timeTask(h *entry, start int64, panicked bool) {
-	sub := subpoolOf(h.lane)
-	accepted := h.accepted
+func (s *state) timeTask(h *entry, start int64, panicked bool) {
+	l := laneOf(h)
+	accepted := h.Accepted
 	if accepted == 0 {
 		accepted = start
 	}
 	tt := TaskTiming{
-		Subpool:  sub,
 		Wait:     time.Duration(start - accepted),
-		Run:      time.Duration(p.now() - start),
+		Run:      time.Duration(s.now() - start),
 		Panicked: panicked,
 	}
-	p.timings.wait.add(tt.Wait)
-	p.timings.run.add(tt.Run)
-	if sub != nil {
-		sub.timings.wait.add(tt.Wait)
-		sub.timings.run.add(tt.Run)
+	s.timings.wait.add(tt.Wait)
+	s.timings.run.add(tt.Run)
+	if l != nil {
+		tt.Subpool = l.sub
+		l.timings.wait.add(tt.Wait)
+		l.timings.run.add(tt.Run)
 	}
-	if p.cfg.observer != nil {
-		p.cfg.observer(tt)
+	if s.cfg.observer != nil {
+		s.cfg.observer(tt)
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
+
+	"github.com/dispatchkit/workerpool/internal/handoff"
 )
 
 // A PanicError is a task's panic, recovered by the pool. [Pool.SubmitWait]
@@ -32,79 +35,75 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// A worker is the record of one worker: what the dispatcher reads to reap
-// it, and what Status sums. Only the worker's own goroutine writes it once
-// it runs, with plain stores: no two goroutines contend for it, and a task
-// costs no atomic read-modify-write.
+// asError returns pe as an error: nil if pe is nil.
+func (pe *PanicError) asError() error {
+	if pe == nil {
+		return nil
+	}
+	return pe
+}
+
+// A worker is the record of one worker: its seat in the hand-off, and the
+// counts Status sums. Only the worker's own goroutine writes its counts,
+// with plain stores: no two goroutines contend for them, and a task costs
+// no atomic read-modify-write.
 type worker struct {
+	seat handoff.Seat[entry]
 	// phase is done<<1 | busy: the tasks the worker finished, and whether
-	// it holds one now. It only grows: receiving a task sets busy, and
+	// it holds one now. It only grows: taking a task sets busy, and
 	// counting it done (phase+1) clears busy and adds one to done. Status
 	// reads Busy and Completed from this one word, so they agree.
 	phase atomic.Uint64
-	// since is 1 + the reaping clock's tick (Pool.tick) when the worker
-	// last went idle; 0 while it is not free, though not busy: in the
-	// panic handler or the task observer, or reporting a task's end;
-	// quitMark or retiredMark once it has left for good. It changes from one stamp to
-	// another only while phase is odd (busy), so a reader that sees the
-	// same even phase before and after reading since has the stamp of the
-	// idle period that phase belongs to, or 0 (not idle).
-	since atomic.Uint64
-	// skipped counts the tasks the worker received but did not run, because
-	// their submitters gave up on them first.
+	// skipped counts the tasks the worker received but did not run,
+	// because their submitters gave up on them first.
 	skipped atomic.Uint64
-	// locals holds the worker's states of Locals, and leaving its mark
-	// once it is leaving for good (see exit); only its goroutine touches
-	// them.
+	// goid is the number of the worker's goroutine, once the worker knows
+	// it: it reads it before it first runs a task of a sub-pool or with a
+	// key, and as its goroutine starts again after a Goexit, so that a
+	// stop from such a task can find the worker, and its task (current),
+	// to lend their places (see caller).
+	goid    atomic.Uint64
+	current *entry
+	// locals holds the worker's states of Locals, and leaving says that
+	// it is exiting for good (see exit); only its goroutine touches them.
 	locals  locals
-	leaving uint64
-	// id is the number of the worker's goroutine if the dispatcher did not
-	// start it (see onWorker), else 0.
-	id atomic.Uint64
+	leaving bool
+	// gone says that the worker has exited; guarded by crew.mu.
+	gone bool
 	// Each worker's record on its own cache line: workers write theirs on
 	// every task, and would otherwise slow each other down.
-	_ [cacheLine - 64]byte
+	_ [cacheLine]byte
 }
 
-// The marks of a worker that has left: it received a quit, or it retired
-// after its task because the maximum fell, or the pool closed.
+// How a worker's goroutine starts.
+type start uint8
+
 const (
-	quitMark    = ^uint64(0)
-	retiredMark = ^uint64(0) - 1
+	withTask start = iota // with its first task, which the loop took and counted busy
+	idle                  // with none: it asks the hand-off for one
+	skipped               // with its first task's end to report: its submitter gave up on it
+	again                 // in place of a goroutine that a Goexit ended: that task's end is still to report
 )
 
-// state returns w's phase and since as of one instant while it was idle, or
-// its phase and some value of since while it was busy (since means nothing
-// then).
-func (w *worker) state() (phase, since uint64) {
-	for {
-		phase = w.phase.Load()
-		since = w.since.Load()
-		if w.phase.Load() == phase {
-			return phase, since
-		}
-	}
-}
-
-// startWorker starts a worker goroutine that runs e first, if first is
-// set, then the tasks it receives. It is called by the dispatcher, or by a
-// worker's goroutine that ends as a task calls runtime.Goexit
-// (restarted); it is not inlined, so that the worker's stack trace names
-// it (see onWorker).
+// startWorker starts a goroutine for worker w, as how says. It is called
+// by the loop, or by a worker's goroutine that a task's runtime.Goexit
+// ends; it is not inlined, so that the worker's stack trace names it (see
+// caller).
 //
 //go:noinline
-func (p *Pool) startWorker(w *worker, e entry, first, restarted bool) {
-	p.live.Add(1)
-	go p.runWorker(w, e, first, restarted)
+func (s *state) startWorker(w *worker, e entry, how start) {
+	s.live.Add(1)
+	go s.runWorker(w, e, how)
 }
 
-// runWorker is the body of a worker goroutine: it runs e, if first is set,
-// then each task it receives on Pool.work and claims, until it receives a
-// quit or Pool.work is closed.
-func (p *Pool) runWorker(w *worker, e entry, first, restarted bool) {
-	defer p.gone()
-	if restarted {
-		w.id.Store(goroutineID()) // it was not started by the dispatcher
+// runWorker is the body of a worker goroutine: it runs e, if it starts
+// with a task, then each task the hand-off gives it, until the hand-off
+// tells it to exit.
+func (s *state) runWorker(w *worker, e entry, how start) {
+	defer s.gone()
+	w.current = &e
+	if how == again {
+		w.goid.Store(goroutineID()) // the loop did not start this goroutine
 	}
 	returned := false
 	defer func() {
@@ -117,165 +116,113 @@ func (p *Pool) runWorker(w *worker, e entry, first, restarted bool) {
 		}
 		switch {
 		case returned:
-		case w.leaving != 0:
+		case w.leaving:
 			// A close of its states, or the panic handler, called
 			// runtime.Goexit as the worker left: finish leaving.
-			p.startExit(w, w.leaving)
+			s.startExit(w)
 		default:
-			// A task or the panic handler called runtime.Goexit, which
-			// nothing can stop; run has already counted the task. Carry
-			// on in a new goroutine so that the pool keeps its capacity.
-			p.startWorker(w, entry{}, false, true)
+			// A task, the panic handler or the task observer called
+			// runtime.Goexit, which nothing can stop; run has counted the
+			// task. Carry on in a new goroutine, which reports its end, so
+			// that the pool keeps its capacity.
+			s.startWorker(w, e, again)
 		}
 	}()
-	switch {
-	case first:
-		// The dispatcher counted it busy and started, and took it for the
-		// pool from its submitter.
-		p.run(&e, w)
-	case restarted:
-		// Free: a worker whose panic handler or task observer called
-		// Goexit was not, and the loop may wait for it.
-		p.freed(w)
-	default:
-		p.stampIdle(w) // the dispatcher stamped it as it started it
+	ran := how != idle
+	if how == withTask {
+		if e.Key != nil || laneOf(&e) != nil {
+			s.knowGoroutine(w)
+		}
+		s.run(&e, w)
 	}
 	for {
-		h, open := <-p.work
-		if !open {
-			p.stats.countOut() // the dispatcher is winding down and counts no more
+		e.Task = task{} // the worker keeps no task's closure while it waits
+		next, ok := s.hand.Next(&w.seat, ran, e, ran && e.Reported())
+		if !ok {
 			break
 		}
-		if h.slot == nil {
-			if h.n == retire {
-				if !p.stats.retireOne() {
-					continue // the maximum has room for it again
-				}
-				p.exit(w, retiredMark)
-				returned = true
-				return
-			}
-			break // a quit
-		}
-		e, ok := h.slot.claim(h.n)
-		if p.listening.Load() {
-			p.signal() // a hand-off was claimed or dropped: room in the buffer
-		}
-		switch {
-		case !ok:
-			// Revoked: the dispatcher holds the task again.
-		case e.w != nil && !e.w.take():
-			p.skip(w, &e) // its submitter gave up on it
-		default:
-			w.phase.Store(w.phase.Load() | 1) // busy
-			if sub := subpoolOf(e.lane); sub != nil {
-				sub.stats.started.Add(1)
-			}
-			p.run(&e, w)
-		}
+		e, ran = next, true
+		s.runTask(w, &e)
 	}
-	p.exit(w, quitMark)
+	s.exit(w)
 	returned = true
 }
 
-// exit ends worker w for good, already counted out: it closes the worker's
-// states, marks its record (quitMark or retiredMark) and tells the
-// dispatcher, which may be waiting for workers to leave. From here on, a
+// runTask runs e, which the hand-off gave to worker w, unless its
+// submitter gave up on it.
+func (s *state) runTask(w *worker, e *entry) {
+	l := laneOf(e)
+	if e.W != nil && !e.W.take() {
+		s.skip(w, e, l)
+		return
+	}
+	w.phase.Store(w.phase.Load() | 1) // busy
+	if l != nil {
+		l.stats.started.Add(1)
+	}
+	if e.Key != nil || l != nil {
+		s.knowGoroutine(w)
+	}
+	s.run(e, w)
+}
+
+// knowGoroutine records the number of w's goroutine, the first time w
+// runs a task whose place or key a stop from inside it may lend.
+func (s *state) knowGoroutine(w *worker) {
+	if w.goid.Load() == 0 {
+		w.goid.Store(goroutineID())
+	}
+}
+
+// skip accounts for e, a task its submitter gave up on before worker w
+// could start it: the worker counts it skipped, not run, and Canceled.
+func (s *state) skip(w *worker, e *entry, l *lane) {
+	if l != nil {
+		l.stats.skipped.Add(1)
+	}
+	s.noteCanceled(e.W, l)
+	w.skipped.Store(w.skipped.Load() + 1)
+}
+
+// exit ends worker w for good, already counted out of the hand-off: it
+// closes the worker's states and takes it off the crew. From here on, a
 // Goexit (from a close, or the panic handler of its panic) does not bring
 // the worker back: startExit finishes leaving.
-func (p *Pool) exit(w *worker, mark uint64) {
-	w.leaving = mark
-	p.closeLocals(w)
-	w.since.Store(mark)
-	p.signal()
+func (s *state) exit(w *worker) {
+	w.leaving = true
+	s.closeLocals(w)
+	s.crew.leave(w)
 }
 
 // startExit finishes worker w's exit in a goroutine of its own, after a
-// Goexit cut it short.
-func (p *Pool) startExit(w *worker, mark uint64) {
-	p.live.Add(1)
+// Goexit cut it short. It is not inlined, so that the goroutine's stack
+// trace names it (see caller).
+//
+//go:noinline
+func (s *state) startExit(w *worker) {
+	s.live.Add(1)
 	go func() {
-		defer p.gone()
-		w.id.Store(goroutineID()) // it runs the worker's closes
-		p.exit(w, mark)
+		defer s.gone()
+		w.goid.Store(goroutineID()) // it runs the worker's closes
+		s.exit(w)
 	}()
-}
-
-// gone counts a goroutine of the pool out, as its last act, and tells the
-// dispatcher, which may be waiting for it.
-func (p *Pool) gone() {
-	if p.live.Add(-1) == 0 && p.ended.Load() {
-		p.closeExited() // the last stopper to exit
-	}
-	p.signal()
-}
-
-// closeExited closes Pool.exited, once: every goroutine the pool started
-// has exited, the dispatcher's included.
-func (p *Pool) closeExited() {
-	if p.exitedClosed.CompareAndSwap(false, true) {
-		close(p.exited)
-	}
-}
-
-// skip accounts for h, a task its submitter gave up on before worker w
-// could start it: the worker counts it skipped, not run, and the scheduler
-// learns it is no longer running.
-func (p *Pool) skip(w *worker, e *entry) {
-	// As in taskDone: report, count, then look whether the dispatcher
-	// listens, so that a Pause waiting for this hand-off hears of it.
-	if sub := subpoolOf(e.lane); sub != nil {
-		sub.stats.skipped.Add(1)
-	}
-	p.reports.add(report{lane: e.lane, line: e.line, ended: e.mustReport(), skipped: e.w})
-	w.skipped.Store(w.skipped.Load() + 1)
-	if p.listening.Load() {
-		p.signal()
-	}
-}
-
-// stampIdle stamps w idle from now, for reaping: with the reaping clock's
-// tick, plus one. The tick moves once an idle timeout, so a worker mostly
-// finds its stamp already right.
-func (p *Pool) stampIdle(w *worker) {
-	if s := p.tick.Load() + 1; w.since.Load() != s {
-		w.since.Store(s)
-	}
-}
-
-// freed stamps w idle from now, once its panic handler or task observer
-// has returned, and tells the dispatcher if it listens: w was not free
-// while its task's end was signalled.
-func (p *Pool) freed(w *worker) {
-	p.stampIdle(w)
-	if p.listening.Load() {
-		p.signal()
-	}
-}
-
-// signal wakes the dispatcher, if it is not awake already.
-func (p *Pool) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default: // a signal is pending: it will do
-	}
 }
 
 // run runs the task of h and accounts for it, on worker w or, for
 // CallerRuns (w == nil), in the submitter. A panic is recovered and
-// reported to the task's waiter or the panic handler, and so is a task that
-// could not run because its worker's state could not be opened. The task is
-// counted done before it is reported, so that when SubmitWait returns the
-// task is Completed in Status, and a panic handler that panics or calls
-// runtime.Goexit cannot leave it counted as running. The deferred call runs
-// on return, on a panic and on runtime.Goexit alike.
-func (p *Pool) run(h *entry, w *worker) {
+// reported to the task's waiter or the panic handler, and so is a task
+// that could not run because its worker's state could not be opened. The
+// task is counted done before it is reported, so that when SubmitWait
+// returns the task is Completed in Status, and a panic handler that panics
+// or calls runtime.Goexit cannot leave it counted as running. The deferred
+// call runs on return, on a panic and on runtime.Goexit alike.
+func (s *state) run(h *entry, w *worker) {
 	var start int64
-	if p.cfg.timings {
-		start = p.now()
+	if s.cfg.timings {
+		start = s.now()
 	}
 	// A task with no waiter takes its panic to the panic handler.
-	handler := h.w == nil || isFireAndForget(h.w)
+	handler := h.W == nil || isFireAndForget(h.W)
 	var notRun error
 	defer func() {
 		var pe *PanicError
@@ -284,97 +231,48 @@ func (p *Pool) run(h *entry, w *worker) {
 		} else if notRun != nil && handler {
 			pe = &PanicError{Value: notRun} // not a panic: not counted as one
 		}
-		toHandler := pe != nil && handler
-		p.taskDone(h, w, pe != nil && notRun == nil, toHandler || p.cfg.observer != nil)
+		s.taskDone(h, w, pe != nil && notRun == nil)
 		if start != 0 {
-			p.timeTask(h, start, pe != nil && notRun == nil)
+			s.timeTask(h, start, pe != nil && notRun == nil)
 		}
 		switch {
-		case toHandler:
-			p.handlePanic(pe, w) // idle from when the handler returns
-		case h.w != nil:
-			h.w.finish(pe.asError())
-		}
-		if w != nil && !toHandler && p.cfg.observer != nil {
-			p.freed(w) // idle from when the observer returned
+		case pe != nil && handler:
+			s.handlePanic(pe, w)
+		case h.W != nil:
+			h.W.finish(pe.asError())
 		}
 	}()
-	if h.w == nil {
-		h.fn()
+	if h.W == nil {
+		h.Fn()
 		return
 	}
 	var l *locals // a task run in its submitter has no worker, and no states
 	if w != nil {
 		l = &w.locals
 	}
-	notRun = h.w.do(l)
-}
-
-// asError returns pe as an error: nil if pe is nil.
-func (pe *PanicError) asError() error {
-	if pe == nil {
-		return nil
-	}
-	return pe
+	notRun = h.W.do(l)
 }
 
 // taskDone counts the task of h done, on worker w or in its submitter if w
 // is nil, then, if it panicked, as panicked: Panicked is part of
-// Completed. A sub-pool's or a keyed task's end is reported to the
-// dispatcher; if a Pause waits for running tasks, the dispatcher is told.
-// occupied says that the panic handler or the task observer is to run
-// next, on the worker.
-//
-// The worker is stamped idle before it is counted not busy, so that Status
-// and reaping never see it idle with the stamp of an earlier idle period;
-// but not while the panic handler or the observer is to run: that is not
-// idle, and the worker is not free to take a task.
-func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
+// Completed.
+func (s *state) taskDone(h *entry, w *worker, panicked bool) {
 	if w == nil {
-		p.stats.callerRan.Add(1)
+		s.stats.callerRan.Add(1)
 		if panicked {
-			p.stats.panicked.Add(1)
+			s.stats.panicked.Add(1)
 		}
 		return
 	}
-	// A worker that ran a keyed or a sub-pool's task is not free until it
-	// has reported the end that frees the key or the place, so that a
-	// loop that sees it free finds the report: it hands out the key's
-	// next task before the tasks behind it (see fill), and it knows a
-	// queue held back by nothing but stoppers (see checkStranded).
-	reported := h.mustReport()
-	sub := subpoolOf(h.lane)
-	if occupied || reported {
-		w.since.Store(0) // not free: stamped after the report, handler or observer
-	} else {
-		p.stampIdle(w)
-	}
-	if sub != nil {
-		sub.stats.ended.Add(1)
+	if l := laneOf(h); l != nil {
+		l.stats.ended.Add(1)
 		if panicked {
-			sub.stats.panicked.Add(1) // after ended: Panicked <= Completed
+			l.stats.panicked.Add(1) // after ended: Panicked <= Completed
 		}
 	}
 	w.phase.Store(w.phase.Load() + 1) // done+1, not busy
 	if panicked {
-		p.stats.panicked.Add(1)
-	}
-	// Count the task done, then report its end, so that a sub-pool's Stop
-	// that the report lets return sees it done; then look whether the
-	// dispatcher listens: it listens before it last collects reports, so
-	// either it collects this one or the worker sees it listening and
-	// wakes it.
-	if reported {
-		p.reports.add(report{lane: h.lane, line: h.line, ended: true})
-	}
-	if reported && !occupied {
-		p.stampIdle(w)
-	}
-	if sub != nil && p.ended.Load() {
-		sub.noteLastEnded() // a sub-pool's stop may wait for it, the loop gone
-	}
-	if p.listening.Load() {
-		p.signal() // a Pause, a stop or a free worker is awaited, or the report is
+		s.stats.panicked.Add(1)
 	}
 }
 
@@ -384,10 +282,9 @@ func (p *Pool) taskDone(h *entry, w *worker, panicked, occupied bool) {
 // runWorker sees it (before the worker counts as exited); in a submitter
 // at once, as it would otherwise unwind into the caller of Submit, which
 // could recover it.
-func (p *Pool) handlePanic(pe *PanicError, w *worker) {
+func (s *state) handlePanic(pe *PanicError, w *worker) {
 	if w != nil {
-		p.cfg.panicHandler(pe)
-		p.freed(w)
+		s.cfg.panicHandler(pe)
 		return
 	}
 	defer func() {
@@ -395,10 +292,10 @@ func (p *Pool) handlePanic(pe *PanicError, w *worker) {
 			crash(&handlerPanic{value: v, stack: debug.Stack()})
 		}
 	}()
-	p.cfg.panicHandler(pe)
+	s.cfg.panicHandler(pe)
 }
 
-// A handlerPanic is what a panic handler panicked with, under CallerRuns.
+// A handlerPanic is what a panic handler panicked with.
 type handlerPanic struct {
 	value any
 	stack []byte
@@ -409,73 +306,166 @@ func (h *handlerPanic) Error() string {
 }
 
 // crash ends the program with an unrecovered panic of v in a new goroutine,
-// where no caller can recover it, and blocks the calling goroutine until the
-// program has ended.
+// where no caller can recover it, and blocks the calling goroutine until
+// the program has ended.
 func crash(v error) {
 	go func() { panic(v) }()
 	select {}
 }
 
-// Stops from inside. Stop, StopWait and Shutdown wait for the pool's
-// goroutines to exit; called from one of the pool's own workers (in a
-// task, the panic handler, the task observer, a Local's open or close),
-// they would wait for their own. So they ask first whether their caller is
-// one: a goroutine's stack trace ends with the function that started it
-// and the number of the goroutine that called it. A worker is started by
-// startWorker, from the dispatcher, whose number the pool records as it
-// starts, or from a worker's goroutine that ends as a task calls
-// runtime.Goexit; the worker that goroutine starts records its own number
-// (worker.id), as does the goroutine that finishes a worker's exit. Go
-// gives no cheaper way to tell goroutines apart, and this one costs a few
-// microseconds only where it is rare: once per pool, once per Goexit, and
-// in each Stop, StopWait and Shutdown. The same trace says whether the
-// worker is leaving (see leaving).
+// A crew lists the workers, for Status to sum their counts and for a stop
+// from inside to find its worker. The loop adds a worker as it starts it;
+// a worker takes itself off as it exits. Status reads the list without the
+// lock: each change publishes a new view, and a view's slice is never
+// written again.
+type crew struct {
+	mu   sync.Mutex
+	all  []*worker // guarded by mu: workers started and not yet dropped
+	gone int       // guarded by mu: of them, those that have exited
+	// done and skipped sum what the dropped workers did; guarded by mu.
+	done, skipped uint64
+	view          atomic.Pointer[crewView]
+}
 
-// stopper tells the dispatcher, if the calling goroutine is one of p's
-// workers, not to wait for it to exit, nor to count it against the maximum
-// while it waits for the pool to stop: so the others can run the queue, and
-// the stop end. The worker exits once it returns to the pool. It reports
-// whether the caller is a worker.
-func (p *Pool) stopper() bool {
-	stack := ownStack()
-	if !p.onWorker(stack) {
-		return false
+// A crewView is the crew as Status sees it.
+type crewView struct {
+	workers       []*worker
+	done, skipped uint64
+}
+
+// join lists w, a worker about to start.
+func (c *crew) join(w *worker) {
+	c.mu.Lock()
+	c.all = append(c.all, w)
+	c.publish()
+	c.mu.Unlock()
+}
+
+// leave marks w exited, and once most of the list has, drops them, keeping
+// what they did.
+func (c *crew) leave(w *worker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.gone = true
+	if c.gone++; c.gone <= len(c.all)/2 {
+		return
 	}
-	p.request(&request{kind: stopperRequest, leaving: leaving(stack)})
-	return true
+	live := make([]*worker, 0, len(c.all)-c.gone) // a new array: Status may be reading the old one
+	for _, x := range c.all {
+		if x.gone {
+			c.done += x.phase.Load() >> 1
+			c.skipped += x.skipped.Load()
+		} else {
+			live = append(live, x)
+		}
+	}
+	c.all, c.gone = live, 0
+	c.publish()
+}
+
+func (c *crew) publish() {
+	c.view.Store(&crewView{workers: c.all, done: c.done, skipped: c.skipped})
+}
+
+// counts sums the workers' counts, but for the number of workers, which
+// the hand-off keeps.
+func (c *crew) counts() workerCounts {
+	v := c.view.Load()
+	if v == nil {
+		return workerCounts{}
+	}
+	n := workerCounts{done: v.done, skipped: v.skipped}
+	for _, w := range v.workers {
+		phase := w.phase.Load()
+		n.busy += int(phase & 1)
+		n.done += phase >> 1
+		n.skipped += w.skipped.Load()
+	}
+	return n
+}
+
+// find returns the worker whose goroutine is numbered id, if it knows it.
+func (c *crew) find(id uint64) *worker {
+	if v := c.view.Load(); v != nil {
+		for _, w := range v.workers {
+			if w.goid.Load() == id {
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// Telling the pool's workers from other goroutines. Go gives goroutines no
+// identity, on purpose; but a stop called from one of the pool's own
+// workers (in a task, the panic handler, the task observer, a Local's open
+// or close) must not wait for that worker, which would wait for itself,
+// and should lend it place while it waits. So such calls read their
+// caller's stack trace: its first line gives the goroutine's number, its
+// last the function that started it and the goroutine that called that
+// function. A worker's goroutine is started by startWorker, from the loop,
+// whose number the loop learns when first asked, or from the goroutine of
+// a worker that a Goexit ended; such a worker records its own number, as
+// do workers before their first task of a sub-pool or with a key (the
+// places a stop lends), and the goroutine that finishes a worker's exit
+// (startExit). Reading a stack costs a few microseconds, so only those
+// calls do it, and only while the pool has goroutines.
+
+// A caller is what its stack trace says of the goroutine that calls a
+// stop.
+type caller struct {
+	id, by  uint64 // its number, and that of the goroutine that started it
+	started bool   // startWorker or startExit started it
+	leaving bool   // it is in closeLocals: its worker is exiting, counted out already
+}
+
+// whoCalls reads the calling goroutine's stack trace, and reports whether
+// it may be one of the pool's workers, for the loop to tell (loop.isOurs).
+func (s *state) whoCalls() (caller, bool) {
+	if s.live.Load() == 0 {
+		return caller{}, false // the pool has no goroutine
+	}
+	stack := ownStack()
+	id, fn, by := stackIDs(stack)
+	c := caller{id: id, by: by, started: fn == startWorkerName || fn == startExitName, leaving: leaving(stack)}
+	return c, c.started
+}
+
+// lend tells the loop, if the caller is one of the pool's workers, that it
+// waits on the pool: the loop does not wait for it to exit, and it lends
+// its place (see loop.lend). It returns the loop's answer, for reclaim to
+// end the wait: isWorker says whether the caller is one of the pool's
+// workers, and lentLane which sub-pool's place it lent, if any.
+func (s *state) lend() *request {
+	c, maybe := s.whoCalls()
+	r := &request{kind: lendRequest, caller: c, done: make(chan struct{})}
+	if maybe && s.request(r) {
+		<-r.done
+	}
+	return r
+}
+
+// reclaim ends the wait that lend began: the worker takes its place back.
+func (s *state) reclaim(lent *request) {
+	if lent.isWorker {
+		s.request(&request{kind: reclaimRequest, caller: lent.caller, isWorker: true})
+	}
 }
 
 // leaving reports whether a worker whose stack trace is stack is leaving:
 // in closeLocals, in a Local's close or the panic handler of one, it was
-// counted out of the maximum already. (closeLocals is one of the
-// outermost frames, which a trace keeps however deep the stack.)
+// counted out already. (closeLocals is one of the outermost frames, which
+// a trace keeps however deep the stack.)
 func leaving(stack []byte) bool {
 	return strings.Contains(string(stack), "\n"+closeLocalsName)
-}
-
-// onWorker reports whether the goroutine whose stack trace is stack is one
-// of p's workers.
-func (p *Pool) onWorker(stack []byte) bool {
-	id, fn, by := stackIDs(stack)
-	if by == p.dispatcherID.Load() && (fn == startWorkerName || fn == startExitName) {
-		return true
-	}
-	if reg := p.stats.reg.Load(); reg != nil {
-		for _, w := range reg.workers {
-			if w.id.Load() == id {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // The names of the functions that start the goroutines of workers, and of
 // the one that leaving looks for, as stack traces print them.
 var (
-	startWorkerName = funcName((*Pool).startWorker)
-	startExitName   = funcName((*Pool).startExit)
-	closeLocalsName = funcName((*Pool).closeLocals)
+	startWorkerName = funcName((*state).startWorker)
+	startExitName   = funcName((*state).startExit)
+	closeLocalsName = funcName((*state).closeLocals)
 )
 
 func funcName(f any) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -318,8 +319,10 @@ func TestAPanicHandlerCanStopItsPool(t *testing.T) {
 
 // TestATaskCanStopItsPool: a task stops its pool, of one worker, with tasks
 // queued behind it. StopWait and Shutdown run them, on a worker started in
-// place of the one that waits, Stop returns them; each returns once the
-// others have ended, and the task goes on: its pool is stopped.
+// the place the one that waits lends, Stop returns them; each returns once
+// the others have ended, and the task goes on: its pool is Stopping until
+// the task ends, and then Stopped (break 3 of issue 35: the pool said
+// Stopped while the task still ran).
 func TestATaskCanStopItsPool(t *testing.T) {
 	for _, how := range stopFromInside {
 		t.Run(how.name, func(t *testing.T) {
@@ -341,7 +344,8 @@ func TestATaskCanStopItsPool(t *testing.T) {
 				}
 				close(queued)
 				s := <-after
-				assert.Equal(t, workerpool.Stopped, s.State, "once the stop returned")
+				assert.Equal(t, workerpool.Stopping, s.State, "once the stop returned: its own task still runs")
+				assert.Equal(t, 1, s.Busy, "the stopper's task")
 				assert.Equal(t, int32(3), ran.Load()+int32(dropped), "each queued task ran or was returned")
 				if how.name != "Stop" {
 					assert.Equal(t, int32(3), ran.Load(), "%s runs the queue", how.name)
@@ -402,14 +406,15 @@ var waitFromInside = []struct {
 	{"Shutdown", func(p *workerpool.Pool) ([]func(), error) { return p.Shutdown(context.Background()) }},
 }
 
-// TestAStopFromATaskDropsTheTasksOnlyItHoldsBack: a task of a sub-pool of
-// limit 1, or a keyed task, waits in StopWait or Shutdown with tasks of its
-// sub-pool or key queued behind it. They can never start: the pool drops
-// them, as Stop would, rather than wait for ever. Tasks of another key
-// run; a SubmitWait whose task is dropped returns ErrStopped, Shutdown
-// returns the fire-and-forget ones with ErrStopped, and Status counts them
-// Abandoned. These calls used to wait for ever.
-func TestAStopFromATaskDropsTheTasksOnlyItHoldsBack(t *testing.T) {
+// TestAStopFromATaskDropsTheTasksOnlyItsKeyHoldsBack: a task of a sub-pool
+// of limit 1, or a keyed task, waits in StopWait or Shutdown with tasks of
+// its sub-pool or key queued behind it. The stopper lends its sub-pool's
+// place, so those of its sub-pool run in it; those of its key can never
+// start: the pool drops them, as Stop would, rather than wait for ever.
+// Tasks of another key run; a SubmitWait whose task is dropped returns
+// ErrStopped, Shutdown returns the fire-and-forget ones with ErrStopped,
+// and Status counts them Abandoned. These calls used to wait for ever.
+func TestAStopFromATaskDropsTheTasksOnlyItsKeyHoldsBack(t *testing.T) {
 	for _, how := range waitFromInside {
 		for _, keyed := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keyed=%v", how.name, keyed), func(t *testing.T) {
@@ -450,21 +455,22 @@ func TestAStopFromATaskDropsTheTasksOnlyItHoldsBack(t *testing.T) {
 					synctest.Wait() // all queued
 					close(gate)
 					r := <-returned
-					assert.Zero(t, ran.Load(), "a task held back by the stopper's task started")
 					if !keyed {
-						assert.ErrorIs(t, <-waited, workerpool.ErrStopped, "the dropped SubmitWait")
+						assert.Equal(t, int32(3), ran.Load(), "the tasks behind the stopper ran in the place it lent")
+						assert.NoError(t, <-waited)
+						assert.NoError(t, r.err)
+						p.Stop()
+						st := p.Status()
+						assert.Zero(t, st.Abandoned)
+						assertBalanced(t, st)
+						return
 					}
+					assert.Zero(t, ran.Load(), "a task held back by the stopper's key started")
 					if how.name == "Shutdown" {
-						fireAndForget := 2
-						if keyed {
-							fireAndForget = 3
-						}
-						assert.Len(t, r.dropped, fireAndForget, "Shutdown returns the dropped fire-and-forget tasks")
+						assert.Len(t, r.dropped, 3, "Shutdown returns the dropped fire-and-forget tasks")
 						assert.ErrorIs(t, r.err, workerpool.ErrStopped)
 					}
-					if keyed {
-						assert.Equal(t, int32(3), otherKey.Load(), "another key's tasks run")
-					}
+					assert.Equal(t, int32(3), otherKey.Load(), "another key's tasks run")
 					p.Stop() // from outside: it returns too
 					st := p.Status()
 					assert.Equal(t, uint64(3), st.Abandoned)
@@ -651,36 +657,52 @@ func TestAStrandedQueueIsDroppedWhateverTheStoppersStacks(t *testing.T) {
 				close(qgate)
 				p.Stop()
 				q.StopWait()
-				assert.Zero(t, ran.Load(), "the task behind the stopper in its sub-pool of limit 1")
+				assert.Equal(t, int32(1), ran.Load(), "the task behind the stopper in its sub-pool of limit 1 ran in the place the stopper lent: p knew its worker")
 				assertBalanced(t, p.Status())
 			})
 		})
 	}
 }
 
-// TestAStoppersSubpoolRunsNoMoreThanItsLimit: a sub-pool whose limit is
-// the pool's maximum: a task of it that waits in StopWait keeps its place,
-// so no more than the limit of its tasks run at once, the stopper's
-// included. The review saw one more in 3 of 3 runs: the scheduler took a
-// limit at the maximum for no limit, and a stopper does not count against
-// the maximum.
-func TestAStoppersSubpoolRunsNoMoreThanItsLimit(t *testing.T) {
-	for _, max := range []int{1, 2, 3} {
-		t.Run(fmt.Sprint("max=limit=", max), func(t *testing.T) {
+// TestAStoppersSubpoolRunsNoMoreThanItsLimitBesideTheStopper: a task of a
+// sub-pool that waits in StopWait lends its place, so the sub-pool's other
+// tasks run in it, but never more of them at once than its limit: a limit
+// at the pool's maximum, and below a maximum of math.MaxInt, set by New or
+// by Resize. Break 2 of issue 35: at the largest maximum, the maximum plus
+// the stoppers overflowed, and all of the sub-pool's tasks ran at once.
+func TestAStoppersSubpoolRunsNoMoreThanItsLimitBesideTheStopper(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		max, limit    int
+		resizeToLimit bool
+	}{
+		{"max=limit=1", 1, 1, false},
+		{"max=limit=2", 2, 2, false},
+		{"max=limit=3", 3, 3, false},
+		{"max=MaxInt, limit 1", math.MaxInt, 1, false},
+		{"Resize(MaxInt), limit 1", 2, 1, true},
+		{"max=MaxInt, limit 3", math.MaxInt, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := workerpool.New(max)
-				s := p.Subpool("s", max)
+				p := workerpool.New(tc.max)
+				if tc.resizeToLimit {
+					p.Resize(math.MaxInt)
+				}
+				s := p.Subpool("s", tc.limit)
 				var c peakCounter
 				gate, stopped := make(chan struct{}), make(chan struct{})
-				require.NoError(t, s.Submit(func() { c.enter(); <-gate; p.StopWait(); c.leave(); close(stopped) }))
-				for range max + 3 {
-					require.NoError(t, s.Submit(func() { c.enter(); time.Sleep(time.Millisecond); c.leave() }))
+				require.NoError(t, s.Submit(func() { <-gate; p.StopWait(); close(stopped) }))
+				var ran atomic.Int32
+				for range tc.limit + 3 {
+					require.NoError(t, s.Submit(func() { c.enter(); time.Sleep(time.Millisecond); c.leave(); ran.Add(1) }))
 				}
 				synctest.Wait()
 				close(gate)
 				<-stopped
 				p.Stop()
-				assert.LessOrEqual(t, c.peak.Load(), int64(max), "tasks of a sub-pool of limit %d at once", max)
+				assert.LessOrEqual(t, c.peak.Load(), int64(tc.limit), "the others of a sub-pool of limit %d at once", tc.limit)
+				assert.Equal(t, int32(tc.limit+3), ran.Load(), "all ran: StopWait runs the queue")
 				assertBalanced(t, s.Status())
 			})
 		})
