@@ -34,12 +34,12 @@ import (
 // with New. The loop calls Give, TakeBack, Remove, Ends, Listen, SetMax and
 // Close; a worker calls Next; the reaping clock calls Reap.
 type Handoff[T any] struct {
-	mu sync.Mutex
+	mu lock
 	// outbox holds the tasks handed out and not yet taken, in the order
 	// the workers take them; parked, the workers waiting for a task,
 	// longest parked first.
 	outbox deque.Deque[T]
-	parked deque.Deque[*Seat[T]]
+	parked seats[T]
 	// depth is the most tasks the outbox holds: what the workers can take
 	// without waiting for the loop.
 	depth int
@@ -78,11 +78,62 @@ type Handoff[T any] struct {
 	peak  atomic.Int64
 }
 
+// A lock is a mutex that spins a little before it blocks. The hand-off's
+// critical sections take tens of nanoseconds, and the loop and the workers
+// take the lock for every task; sync.Mutex parks a goroutine at once when
+// its processor has other goroutines to run, as it does whenever timers
+// or hand-offs ready workers in numbers, and parking costs far more than
+// the wait.
+type lock struct{ sync.Mutex }
+
+func (l *lock) Lock() {
+	for range 64 {
+		if l.TryLock() {
+			return
+		}
+	}
+	l.Mutex.Lock()
+}
+
 // A Seat is a worker's place in the hand-off: where it waits for a task
 // while it is parked. Its zero value is ready.
 type Seat[T any] struct {
-	task  chan T // buffered 1: the parked worker's next task; closed to tell it to exit
-	since uint64 // the reaping tick at which it parked
+	task  T             // the parked worker's next task, once given
+	wake  chan struct{} // buffered 1: a task is in task; closed to tell the worker to exit
+	since uint64        // the reaping tick at which it parked
+	next  *Seat[T]      // the seat parked after it
+}
+
+// seats is the line of parked workers, first parked first: a list through
+// the seats themselves, so that workers that park and leave by the
+// thousand allocate nothing (a deque would grow and shrink with them).
+type seats[T any] struct {
+	first, last *Seat[T]
+	n           int
+}
+
+func (l *seats[T]) Len() int { return l.n }
+
+func (l *seats[T]) PushBack(s *Seat[T]) {
+	if l.last == nil {
+		l.first = s
+	} else {
+		l.last.next = s
+	}
+	l.last = s
+	l.n++
+}
+
+func (l *seats[T]) Front() *Seat[T] { return l.first }
+
+func (l *seats[T]) PopFront() *Seat[T] {
+	s := l.first
+	l.first, s.next = s.next, nil
+	if l.first == nil {
+		l.last = nil
+	}
+	l.n--
+	return s
 }
 
 // Want says what the loop waits to hear of from the workers (see Listen).
@@ -100,7 +151,12 @@ const (
 // idle for timeout (never if timeout < 0). Its signals go to wake, a
 // channel with a buffer of one.
 func New[T any](depth, max, min int, timeout time.Duration, wake chan struct{}) *Handoff[T] {
-	return &Handoff[T]{depth: depth, max: max, min: min, timeout: timeout, wake: wake}
+	h := &Handoff[T]{depth: depth, max: max, min: min, timeout: timeout, wake: wake}
+	// Its buffer, made when first used, holds the whole depth: the outbox
+	// fills and empties all the time, and a buffer that shrank as it
+	// emptied would be made again as it filled.
+	h.outbox.SetBaseCap(depth)
+	return h
 }
 
 // Given says where Give put a task.
@@ -130,7 +186,8 @@ func (h *Handoff[T]) Give(t T, direct bool) Given {
 		s := h.parked.PopFront()
 		h.running++
 		h.mu.Unlock()
-		s.task <- t
+		s.task = t
+		s.wake <- struct{}{}
 		return Parked
 	}
 	switch {
@@ -188,15 +245,19 @@ func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 		h.mu.Unlock()
 		return zero, false
 	}
-	if s.task == nil {
-		s.task = make(chan T, 1)
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
 	}
 	s.since = h.tick
 	h.parked.PushBack(s)
 	h.signal(WantPark)
 	h.mu.Unlock()
-	t, ok := <-s.task // closed: told to exit, counted out already
-	return t, ok
+	if _, ok := <-s.wake; !ok {
+		return zero, false // told to exit, counted out already
+	}
+	t := s.task
+	s.task = zero // the seat keeps no task's closure
+	return t, true
 }
 
 // signal wakes the loop if it waits for what w says.
@@ -386,7 +447,7 @@ func (h *Handoff[T]) Close() {
 
 // quitParked tells the longest parked worker to exit, and counts it out.
 func (h *Handoff[T]) quitParked() {
-	close(h.parked.PopFront().task)
+	close(h.parked.PopFront().wake)
 	h.countIn(-1)
 }
 
