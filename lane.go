@@ -48,6 +48,16 @@ func (e subpoolStopped) Is(target error) bool { return target == ErrStopped }
 // laneOf returns the lane of e's queue, or nil for the pool's own queue.
 func laneOf(e *entry) *lane { return laneOfQueue(e.Queue) }
 
+// laneOf returns the lane of e's queue, or nil for the pool's own queue,
+// which it tells by its pointer, reading nothing of the queue: workers ask
+// for every task.
+func (s *state) laneOf(e *entry) *lane {
+	if e.Queue == s.own {
+		return nil
+	}
+	return laneOfQueue(e.Queue)
+}
+
 // laneOfQueue returns the lane of queue q, or nil for the pool's own
 // queue (or none: a task run in its submitter has no queue).
 func laneOfQueue(q *queue) *lane {

@@ -31,6 +31,9 @@ type state struct {
 	// signals back; wake is its channel to the loop.
 	hand *handoff.Handoff[entry]
 	wake chan struct{}
+	// own is the scheduler's queue of the pool's own tasks: a worker tells
+	// them by it, without reading the queue, which the loop writes.
+	own *queue
 
 	// closed is set by the loop once the pool accepts no more
 	// submissions, just before it closes stopping.

@@ -331,7 +331,7 @@ func (s *state) runHere(t task) error {
 	if t.W != nil && !t.W.take() {
 		return nil // its submitter gave up on it already
 	}
-	s.run(&entry{Task: t}, nil)
+	s.run(&entry{Task: t}, nil, nil)
 	return nil
 }
 

@@ -84,11 +84,10 @@ type taskTimings struct {
 	wait, run timingStats
 }
 
-// timeTask records the timing of the task of h, accepted at h.Accepted
+// timeTask records the timing of the task of h, of lane l, accepted at h.Accepted
 // (0: it never waited, having run in its submitter), started at start and
 // ended now, and hands it to the observer.
-func (s *state) timeTask(h *entry, start int64, panicked bool) {
-	l := laneOf(h)
+func (s *state) timeTask(h *entry, l *lane, start int64, panicked bool) {
 	accepted := h.Accepted
 	if accepted == 0 {
 		accepted = start

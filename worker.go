@@ -129,29 +129,30 @@ func (s *state) runWorker(w *worker, e entry, how start) {
 		}
 	}()
 	ran := how != idle
+	l := s.laneOf(&e)
 	if how == withTask {
-		if e.Key != nil || laneOf(&e) != nil {
+		if e.Key != nil || l != nil {
 			s.knowGoroutine(w)
 		}
-		s.run(&e, w)
+		s.run(&e, w, l)
 	}
 	for {
 		e.Task = task{} // the worker keeps no task's closure while it waits
-		next, ok := s.hand.Next(&w.seat, ran, e, ran && e.Reported())
+		next, ok := s.hand.Next(&w.seat, ran, e, ran && (e.Key != nil || l != nil))
 		if !ok {
 			break
 		}
 		e, ran = next, true
-		s.runTask(w, &e)
+		l = s.laneOf(&e)
+		s.runTask(w, &e, l)
 	}
 	s.exit(w)
 	returned = true
 }
 
-// runTask runs e, which the hand-off gave to worker w, unless its
-// submitter gave up on it.
-func (s *state) runTask(w *worker, e *entry) {
-	l := laneOf(e)
+// runTask runs e, a task of lane l (nil: the pool's own queue), which the
+// hand-off gave to worker w, unless its submitter gave up on it.
+func (s *state) runTask(w *worker, e *entry, l *lane) {
 	if e.W != nil && !e.W.take() {
 		s.skip(w, e, l)
 		return
@@ -163,7 +164,7 @@ func (s *state) runTask(w *worker, e *entry) {
 	if e.Key != nil || l != nil {
 		s.knowGoroutine(w)
 	}
-	s.run(e, w)
+	s.run(e, w, l)
 }
 
 // knowGoroutine records the number of w's goroutine, the first time w
@@ -216,7 +217,7 @@ func (s *state) startExit(w *worker) {
 // returns the task is Completed in Status, and a panic handler that panics
 // or calls runtime.Goexit cannot leave it counted as running. The deferred
 // call runs on return, on a panic and on runtime.Goexit alike.
-func (s *state) run(h *entry, w *worker) {
+func (s *state) run(h *entry, w *worker, l *lane) {
 	var start int64
 	if s.cfg.timings {
 		start = s.now()
@@ -231,9 +232,9 @@ func (s *state) run(h *entry, w *worker) {
 		} else if notRun != nil && handler {
 			pe = &PanicError{Value: notRun} // not a panic: not counted as one
 		}
-		s.taskDone(h, w, pe != nil && notRun == nil)
+		s.taskDone(w, l, pe != nil && notRun == nil)
 		if start != 0 {
-			s.timeTask(h, start, pe != nil && notRun == nil)
+			s.timeTask(h, l, start, pe != nil && notRun == nil)
 		}
 		switch {
 		case pe != nil && handler:
@@ -246,17 +247,17 @@ func (s *state) run(h *entry, w *worker) {
 		h.Fn()
 		return
 	}
-	var l *locals // a task run in its submitter has no worker, and no states
+	var states *locals // a task run in its submitter has no worker, and no states
 	if w != nil {
-		l = &w.locals
+		states = &w.locals
 	}
-	notRun = h.W.do(l)
+	notRun = h.W.do(states)
 }
 
-// taskDone counts the task of h done, on worker w or in its submitter if w
-// is nil, then, if it panicked, as panicked: Panicked is part of
-// Completed.
-func (s *state) taskDone(h *entry, w *worker, panicked bool) {
+// taskDone counts a task of lane l (nil: the pool's own queue) done, on
+// worker w or in its submitter if w is nil, then, if it panicked, as
+// panicked: Panicked is part of Completed.
+func (s *state) taskDone(w *worker, l *lane, panicked bool) {
 	if w == nil {
 		s.stats.callerRan.Add(1)
 		if panicked {
@@ -264,7 +265,7 @@ func (s *state) taskDone(h *entry, w *worker, panicked bool) {
 		}
 		return
 	}
-	if l := laneOf(h); l != nil {
+	if l != nil {
 		l.stats.ended.Add(1)
 		if panicked {
 			l.stats.panicked.Add(1) // after ended: Panicked <= Completed
