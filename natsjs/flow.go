@@ -99,12 +99,13 @@ type flow struct {
 	// none), the consumer's MaxRequestMaxBytes (0: none), what was left of
 	// the last pull the server ended because the next message was larger
 	// (tooBig), the live pull of one message whatever its size (oversize,
-	// 0: none), and the largest message delivered (maxSize).
+	// 0: none), and the size a pull plans for each message, that of the
+	// recent ones (recentSize, see sized).
 	bytes, owedBytes          int
 	maxBytes, maxRequestBytes int
 	tooBig                    int
 	oversize                  uint64
-	maxSize                   int
+	recentSize                int
 
 	pulls     []pullRecord // live pulls, oldest first
 	liveSum   int          // the sum of n over pulls
