@@ -436,3 +436,55 @@ func TestAHandlerThatSettledItsMessageThenFailedForGoodIsNotDeadLettered(t *test
 	require.NoError(t, stop())
 	assert.Zero(t, streamMsgs(t, js, "DEAD"))
 }
+
+// Issue 37's third failure: a message whose dead letter waited stayed
+// counted as running, and free workers were counted as the pool's size
+// less the running messages: four Permanent failures on a pool of 4, their
+// dead letters waiting 2s for a subject no stream captures, stopped every
+// pull, and no healthy job ran meanwhile on four free workers. A waiting
+// dead letter stays within Run's bounds, but frees its worker's share.
+func TestDeadLettersThatWaitLeaveTheirWorkersToOtherJobs(t *testing.T) {
+	t.Parallel()
+	const before, bad, later = 20, 4, 400
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	// Healthy jobs first, so that Run knows them as jobs of 50ms, longer
+	// than its horizon: it pulls for free workers, not ahead of them.
+	publishJobs(t, js, before)
+	for i := range bad {
+		_, err := js.Publish(context.Background(), fmt.Sprintf("jobs.bad%d", i), []byte("bad"))
+		require.NoError(t, err)
+	}
+	for i := range later {
+		_, err := js.Publish(context.Background(), fmt.Sprintf("jobs.later%d", i), []byte("later"))
+		require.NoError(t, err)
+	}
+
+	var failed, finished atomic.Int32
+	var atLastFailure, atFirstReport atomic.Int32
+	atFirstReport.Store(-1)
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "bad" {
+			if failed.Add(1) == bad {
+				atLastFailure.Store(finished.Load())
+			}
+			return natsjs.Permanent(errors.New("malformed"))
+		}
+		time.Sleep(50 * time.Millisecond)
+		finished.Add(1)
+		return nil
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) {
+		var me *natsjs.MessageError
+		if errors.As(err, &me) && me.Op == "dead-letter" {
+			atFirstReport.CompareAndSwap(-1, finished.Load())
+		}
+	}))
+	eventually(t, func() bool { return atFirstReport.Load() >= 0 }, "no dead letter was given up on")
+	require.NoError(t, stop())
+	// 2s on four workers is about 160 jobs of 50ms; 20 leaves room for a
+	// slow machine, and none is what a stalled Run finishes.
+	ran := atFirstReport.Load() - atLastFailure.Load()
+	assert.GreaterOrEqual(t, ran, int32(20), "healthy jobs finished while the dead letters waited")
+	t.Logf("%d healthy jobs finished while the dead letters waited", ran)
+}

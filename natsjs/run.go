@@ -191,7 +191,7 @@ func (r *run) stop() {
 	// Every handler returned, and every message they ran was settled
 	// (acked, handed back, or its dead letter published or given up on),
 	// confirmed: confirm the plain acks sent before the stop.
-	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 })
+	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 && c.finishing == 0 })
 	r.probeAcked()
 	r.waitFlow(func(c flowCounts) bool { return c.probing == 0 })
 
