@@ -61,6 +61,24 @@ func (f *flow) runningDone(m *message) {
 	}
 }
 
+// requeue puts m, running, whose handler the stop cut, back in the queue,
+// which the stop hands back once the pulls have ended; no runner takes it
+// any more. It returns false, and changes nothing, if the stop has handed
+// the queue back already: m must go back now.
+func (f *flow) requeue(m *message) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.handingBack {
+		return false
+	}
+	f.running--
+	if f.keyed {
+		f.forget(m)
+	}
+	f.queue = append(f.queue, m)
+	return true
+}
+
 // hold records that m, running, stays held once its runner has gone on,
 // until unhold: it gets its progress, and counts against the bound and
 // the byte bound, but no longer as running, so that the flow counts its

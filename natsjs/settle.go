@@ -14,7 +14,8 @@ import (
 //     Permanent one: final, terminated, after its dead letter was
 //     published if WithDeadLetter says where (final.go);
 //   - a failure once the stop cancelled the handler's ctx: caused by the
-//     stop, so not an attempt: handed back at once (republish.go).
+//     stop, so not an attempt: handed back (republish.go) with the queued
+//     messages, once the run's pulls have ended.
 //
 // An attempt is a delivery, but for the copies Run publishes of a message
 // to its own subject: a copy's attempts count on from those of the
@@ -47,6 +48,10 @@ func (r *run) settle(m *message, err error, stopped bool) {
 		r.finish(m, attempt, err, he)
 		return
 	}
+	if he.Stopped {
+		r.cut(m, he)
+		return
+	}
 	defer r.report(he)
 	defer r.flow.released(m)
 	if m.close() {
@@ -55,11 +60,29 @@ func (r *run) settle(m *message, err error, stopped bool) {
 	switch {
 	case he.Final:
 		r.send(m, "term", termBody(finalReason(err, attempt)))
-	case he.Stopped:
-		r.giveBack(m)
 	default:
 		r.send(m, "nak", r.failedNak(attempt, delivery))
 	}
+}
+
+// cut hands back m, whose handler failed because the stop cancelled its
+// ctx, as the stop hands back the queued messages: once the pulls the run
+// sent have ended. Handed back while one is open, m could be redelivered
+// straight into it, and handed back again: two deliveries for one stop,
+// or a second copy.
+func (r *run) cut(m *message, he *HandlerError) {
+	defer r.report(he)
+	if m.hold() {
+		r.flow.released(m) // the handler settled m itself, then failed
+		return
+	}
+	if r.flow.requeue(m) {
+		return // in the queue, with its progress, until the stop hands it back
+	}
+	// The stop has handed the queue back: its pulls have ended.
+	m.close()
+	r.giveBack(m)
+	r.flow.released(m)
 }
 
 // lastAttempt reports whether attempt is the consumer's last.
