@@ -29,6 +29,14 @@ var (
 	// after AckWait; one on its last delivery that it could not re-publish
 	// stays in its stream. The error handler is told of each message.
 	ErrNotConfirmed = errors.New("natsjs: the server did not confirm the settling of a message")
+	// ErrSuperseded says that a message's stream has moved on: a stream
+	// with a per-subject limit (MaxMsgsPerSubject) holds a newer message of
+	// its subject, or no longer holds the message. Run does not copy such
+	// a message back to its subject, where the copy would push the newer
+	// one out: it terminates it, and tells the error handler, wrapped in a
+	// [MessageError]. [Redrive] returns it for a dead letter whose subject
+	// has a newer message, and leaves the dead letter where it is.
+	ErrSuperseded = errors.New("natsjs: a newer message of its subject is stored")
 )
 
 // A MessageError is a failure to settle one message, passed to the

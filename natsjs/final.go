@@ -1,12 +1,12 @@
 package natsjs
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/dispatchkit/workerpool"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A final failure (on the last attempt, or Permanent) with a dead-letter
@@ -95,7 +95,12 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 	out.Header.Set("Nats-Msg-Id", "natsjs-final:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
 	out.Header.Set(hdrAttempts, strconv.FormatUint(attempt, 10))
 	out.Header.Set(hdrFinal, headerValue(causeText(cause)))
-	ack, err := r.publish(r.js, out, r.cfg.settleTimeout, jetstream.WithExpectStream(stream))
+	ack, err := r.publishCopy(m, out)
+	if errors.Is(err, ErrSuperseded) {
+		r.report(m.messageError("republish", err))
+		r.send(m, "term", termBody("natsjs: failed for good; its dead letter could not be published, and a newer message of its subject superseded it"))
+		return
+	}
 	if err != nil {
 		if r.stopping.Load() {
 			r.unconfirmed.Add(1)

@@ -123,8 +123,15 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // reach every consumer, Run Naks too, which costs the message a delivery;
 // on its last delivery, Run dead-letters it (see [WithDeadLetter]), or,
 // without a dead-letter subject, leaves it and says so
-// ([ErrNotConfirmed]). A copy that cannot be published (a stream full)
-// falls back to a Nak.
+// ([ErrNotConfirmed]). In a stream with a per-subject limit
+// (MaxMsgsPerSubject), a copy never takes the place of another message of
+// its subject: it is published only while the message is the last of its
+// subject, and, with a limit above 1, while the subject has room; a
+// message a newer one pushed out is superseded, and terminated without a
+// copy (the error handler hears [ErrSuperseded]). A copy that cannot be
+// published (a stream full, a subject full, DiscardNewPerSubject) falls
+// back to a Nak, or, on the last delivery, to what is done outside a work
+// queue.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
@@ -251,8 +258,9 @@ func isNil(v any) bool {
 
 // reach checks, before Run pulls through js, that js reaches cons: the
 // same consumer, not one of the same name in another domain or account,
-// whose pulls would never be answered. It reads the stream's retention,
-// and times the round trips, the first measure of a pull's.
+// whose pulls would never be answered. It reads the stream's retention
+// and per-subject limits, which decide how a message is copied, and times
+// the round trips, the first measure of a pull's.
 func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -276,7 +284,11 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	if err != nil {
 		return fmt.Errorf("natsjs: Run: reading stream %q: %w", info.Stream, err)
 	}
-	r.workQueue = stream.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy
+	sc := stream.CachedInfo().Config
+	r.stream = stream
+	r.workQueue = sc.Retention == jetstream.WorkQueuePolicy
+	r.perSubject = sc.MaxMsgsPerSubject
+	r.refusesPerSubject = sc.Discard == jetstream.DiscardNew && sc.DiscardNewPerSubject
 	return nil
 }
 
