@@ -116,13 +116,14 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 // cause, to the dead-letter subject, as WithDeadLetter says, trying for the
 // dead-letter timeout.
 func (r *run) deadLetter(m *message, attempt uint64, cause error) error {
-	stream, seq, _, ts := m.info()
 	out := copyOf(m, r.cfg.deadLetterSubject)
 	// A dead letter published again to its subject, as one re-drives
 	// dead letters, is a message like any other.
 	out.Header.Del(hdrAttempts)
 	out.Header.Del(hdrFinal)
-	out.Header.Set("Nats-Msg-Id", "natsjs-dead:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
+	// The same id for every copy of the message: a copy kept because its
+	// dead letter's answer came too late has the first one deduplicated.
+	out.Header.Set("Nats-Msg-Id", "natsjs-dead:"+m.origin())
 	if md, err := m.msg.Metadata(); err == nil {
 		out.Header.Set("Natsjs-Stream", md.Stream)
 		out.Header.Set("Natsjs-Consumer", md.Consumer)

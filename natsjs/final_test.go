@@ -488,3 +488,52 @@ func TestDeadLettersThatWaitLeaveTheirWorkersToOtherJobs(t *testing.T) {
 	assert.GreaterOrEqual(t, ran, int32(20), "healthy jobs finished while the dead letters waited")
 	t.Logf("%d healthy jobs finished while the dead letters waited", ran)
 }
+
+// Issue 37's fourth failure: a dead letter whose answer came after the
+// dead-letter timeout was stored, but counted failed; the message was kept
+// as a copy with a sequence of its own, whose dead letter got an id of its
+// own, which the dead-letter stream's duplicate window did not catch: two
+// dead letters of one job. The id derives from the first original, for
+// every copy.
+func TestADeadLetterWhoseAnswerCameLateIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	// The dead letters go through a proxy: 1.2s each way, beyond the
+	// dead-letter timeout of 1s.
+	proxy := startLatencyProxy(t, s.Addr().String(), 0)
+	slow, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(slow.Close)
+	proxy.setDelay(1200 * time.Millisecond)
+	slowJS, err := jetstream.New(slow)
+	require.NoError(t, err)
+
+	var unpublished atomic.Int32
+	var handled atomic.Int32
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		handled.Add(1)
+		return natsjs.Permanent(errors.New("malformed"))
+	}, natsjs.WithDeadLetter(slowJS, "dead.jobs"), natsjs.WithDeadLetterTimeout(time.Second),
+		natsjs.WithBackoff(func(uint64) time.Duration { return 200 * time.Millisecond }),
+		natsjs.WithErrorHandler(func(err error) {
+			var me *natsjs.MessageError
+			if errors.As(err, &me) && me.Op == "dead-letter" {
+				unpublished.Add(1)
+			}
+		}))
+	// The original's dead letter, and its copy's, each published and
+	// answered too late; then the latency goes, and the next one is
+	// answered in time.
+	eventually(t, func() bool { return unpublished.Load() >= 2 }, "the dead letters were not late")
+	proxy.setDelay(0)
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the job was not finished")
+	require.NoError(t, stop())
+	assert.Equal(t, int32(1), handled.Load(), "the handler ran again")
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"), "one job, several dead letters")
+}

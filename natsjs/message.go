@@ -127,7 +127,25 @@ const (
 	hdrFinal = "Natsjs-Final-Error"
 	// hdrFrom is the stream sequence of the first original of a copy.
 	hdrFrom = "Natsjs-Republished-From"
+	// hdrOrigin names the first original of a copy, dead letters
+	// included: its stream, stream sequence and stored time in Unix
+	// nanoseconds, "<stream>:<sequence>:<time>". The ids Run derives for
+	// a message (its dead letter's, OriginalID's) are the same for every
+	// copy of it.
+	hdrOrigin = "Natsjs-Origin"
 )
+
+// origin returns m's first original, as hdrOrigin says it: m's own
+// stream, sequence and time, unless m is a copy.
+func (m *message) origin() string {
+	if m.msg.Header != nil {
+		if o := m.msg.Header.Get(hdrOrigin); o != "" {
+			return o
+		}
+	}
+	stream, seq, _, ts := m.info()
+	return stream + ":" + strconv.FormatUint(seq, 10) + ":" + strconv.FormatInt(ts, 10)
+}
 
 // attemptsBefore returns the attempts m had used before this copy of it
 // was published; 0 for a message Run did not copy.

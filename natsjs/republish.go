@@ -180,10 +180,11 @@ func (stopCause) Error() string { return "natsjs: the stop came on its last deli
 
 // copyOf returns a copy of m to publish to subject: its payload and
 // headers, with the headers named Nats-* renamed Natsjs-Original-*, and
-// Natsjs-Republished-From, m's stream sequence. A copy of a copy keeps the
-// first original's: a Natsjs-Original-* header m has already wins over the
-// Nats-* header it would be renamed from, and its Natsjs-Republished-From
-// stays.
+// Natsjs-Republished-From and Natsjs-Origin, m's stream sequence and
+// origin. A copy of a copy keeps the first original's: a
+// Natsjs-Original-* header m has already wins over the Nats-* header it
+// would be renamed from, and its Natsjs-Republished-From and
+// Natsjs-Origin stay.
 func copyOf(m *message, subject string) *nats.Msg {
 	out := nats.NewMsg(subject)
 	out.Data = m.msg.Data
@@ -199,6 +200,9 @@ func copyOf(m *message, subject string) *nats.Msg {
 	if _, kept := out.Header[hdrFrom]; !kept {
 		_, seq, _, _ := m.info()
 		out.Header.Set(hdrFrom, strconv.FormatUint(seq, 10))
+	}
+	if _, kept := out.Header[hdrOrigin]; !kept {
+		out.Header.Set(hdrOrigin, m.origin())
 	}
 	return out
 }
