@@ -181,19 +181,22 @@ func (stopCause) Error() string { return "natsjs: the stop came on its last deli
 // copyOf returns a copy of m to publish to subject: its payload and
 // headers, with the headers named Nats-* renamed Natsjs-Original-*, and
 // Natsjs-Republished-From and Natsjs-Origin, m's stream sequence and
-// origin. A copy of a copy keeps the first original's: a
-// Natsjs-Original-* header m has already wins over the Nats-* header it
-// would be renamed from, and its Natsjs-Republished-From and
-// Natsjs-Origin stay.
+// origin. A copy of a copy keeps the first original's: its
+// Natsjs-Original-*, Natsjs-Republished-From and Natsjs-Origin headers
+// stay, and its own Nats-* headers, which Run set for its publication, go.
 func copyOf(m *message, subject string) *nats.Msg {
 	out := nats.NewMsg(subject)
 	out.Data = m.msg.Data
+	_, isCopy := m.msg.Header[hdrOrigin]
+	if _, v31 := m.msg.Header[hdrFrom]; v31 {
+		isCopy = true // a copy v3.1 made, before copies said their origin
+	}
 	for k, vs := range m.msg.Header {
 		if rest, ok := strings.CutPrefix(k, "Nats-"); ok {
-			k = "Natsjs-Original-" + rest
-			if _, kept := m.msg.Header[k]; kept {
-				continue
+			if isCopy {
+				continue // Run's own, for the copy's publication
 			}
+			k = "Natsjs-Original-" + rest
 		}
 		out.Header[k] = append([]string(nil), vs...)
 	}
