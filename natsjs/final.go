@@ -95,6 +95,7 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 	out.Header.Set("Nats-Msg-Id", "natsjs-final:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
 	out.Header.Set(hdrAttempts, strconv.FormatUint(attempt, 10))
 	out.Header.Set(hdrFinal, headerValue(causeText(cause)))
+	out.Header.Del(hdrNotBefore)
 	ack, err := r.publishCopy(m, out)
 	if errors.Is(err, ErrSuperseded) {
 		r.report(m.messageError("republish", err))
@@ -121,6 +122,7 @@ func (r *run) deadLetter(m *message, attempt uint64, cause error) error {
 	// dead letters, is a message like any other.
 	out.Header.Del(hdrAttempts)
 	out.Header.Del(hdrFinal)
+	out.Header.Del(hdrNotBefore)
 	// The same id for every copy of the message: a copy kept because its
 	// dead letter's answer came too late has the first one deduplicated.
 	out.Header.Set("Nats-Msg-Id", "natsjs-dead:"+m.origin())

@@ -45,14 +45,14 @@ func (r *run) giveBack(m *message) {
 		case r.lastDelivery(delivery):
 			// A Nak would strand it, and no copy can take its place.
 			r.report(m.messageError("republish", err))
-			r.leaveLast(m, delivery, "no copy could take its place")
+			r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "no copy could take its place")
 		default:
 			// The Nak costs the message a delivery, but loses nothing.
 			r.report(m.messageError("republish", err))
 			r.send(m, "nak", ackNak)
 		}
 	case r.lastDelivery(delivery):
-		r.leaveLast(m, delivery, "in a stream that is not a work queue")
+		r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "in a stream that is not a work queue")
 	default:
 		r.send(m, "nak", ackNak)
 	}
@@ -65,9 +65,13 @@ func (r *run) republish(m *message, delivery uint64) error {
 	stream, seq, _, ts := m.info()
 	spent := m.attemptsBefore() // a copy whose handler failed for good keeps its count
 	if _, final := m.finalError(); !final {
-		spent += delivery - 1 // this delivery is no attempt
+		spent = m.attemptsUsed(delivery) // this delivery is no attempt
 	}
 	out := copyOf(m, m.msg.Subject)
+	if nb, ok := m.notBefore(); ok && (delivery >= 2 || !nb.After(time.Now())) {
+		// Its wait is over: the copy is an ordinary one.
+		out.Header.Del(hdrNotBefore)
+	}
 	out.Header.Set("Nats-Msg-Id", "natsjs-republish:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
 	out.Header.Set(hdrAttempts, strconv.FormatUint(spent, 10))
 	ack, err := r.publishCopy(m, out)
@@ -154,22 +158,23 @@ func refusedForGood(err error) bool {
 	return wrongLastSequence(err) || errors.As(err, &ae) && strings.Contains(ae.Description, "per subject")
 }
 
-// leaveLast hands back m, on its last delivery, where a Nak would strand
-// it and no copy can be published (why says which): it dead-letters m if
-// WithDeadLetter says where, and else leaves it in its stream. Either way
-// a failure is reported and counted unconfirmed.
-func (r *run) leaveLast(m *message, delivery uint64, why string) {
+// leaveLast hands back m, closed, on its last delivery, where a Nak would
+// strand it and no copy can be published (why says which): it
+// dead-letters m, as failed on attempt with cause, if WithDeadLetter says
+// where, and else leaves it in its stream. Either way a failure is
+// reported and counted unconfirmed.
+func (r *run) leaveLast(m *message, attempt uint64, cause error, why string) {
 	if r.cfg.deadLetterJS == nil {
 		r.unconfirmed.Add(1)
-		r.report(m.messageError("republish", fmt.Errorf("%w: %s, %s, and no dead-letter subject is set: the message stays in its stream", ErrNotConfirmed, stopCause{}, why)))
+		r.report(m.messageError("republish", fmt.Errorf("%w: %v, %s, and no dead-letter subject is set: the message stays in its stream", ErrNotConfirmed, cause, why)))
 		return
 	}
-	if err := r.deadLetter(m, m.attemptsBefore()+delivery, stopCause{}); err != nil {
+	if err := r.deadLetter(m, attempt, cause); err != nil {
 		r.unconfirmed.Add(1)
 		r.report(m.messageError("dead-letter", fmt.Errorf("%w: %w", ErrNotConfirmed, err)))
 		return
 	}
-	r.send(m, "term", termBody(stopCause{}.Error()))
+	r.send(m, "term", termBody(headerValue(causeText(cause))))
 }
 
 // stopCause is the dead letter's cause for a message the stop could not
