@@ -125,7 +125,12 @@ func (r *run) deadLetter(m *message, attempt uint64, cause error) error {
 	out.Header.Del(hdrNotBefore)
 	// The same id for every copy of the message: a copy kept because its
 	// dead letter's answer came too late has the first one deduplicated.
-	out.Header.Set("Nats-Msg-Id", "natsjs-dead:"+m.origin())
+	// A redriven job that fails again is another dead letter.
+	id := "natsjs-dead:" + m.origin()
+	if n := m.msg.Header.Get(hdrRedriven); n != "" {
+		id += ":" + n
+	}
+	out.Header.Set("Nats-Msg-Id", id)
 	if md, err := m.msg.Metadata(); err == nil {
 		out.Header.Set("Natsjs-Stream", md.Stream)
 		out.Header.Set("Natsjs-Consumer", md.Consumer)
