@@ -67,7 +67,8 @@ func (e *MessageError) Error() string {
 func (e *MessageError) Unwrap() error { return e.Err }
 
 // A HandlerError is a handler's failure, passed to the [WithErrorHandler]
-// function once [Run] has settled the message: each error a handler
+// function once [Run] has settled the message (a Stopped one, once Run has
+// taken it back, to hand back with the waiting ones): each error a handler
 // returned, each panic (Err is then a *workerpool.PanicError with the
 // value and the stack) and each call of runtime.Goexit.
 type HandlerError struct {
@@ -90,7 +91,8 @@ type HandlerError struct {
 	Final bool
 	// Stopped says that the handler failed once Run was stopping and had
 	// cancelled the handler's ctx: the failure is not an attempt. Run
-	// handed the message back at once, without backoff (see [Run]).
+	// hands the message back without backoff, with the messages that
+	// waited, once its pulls have ended (see [Run]).
 	Stopped bool
 	// Err is what the handler returned, a *workerpool.PanicError, or an
 	// error saying that it called runtime.Goexit.

@@ -22,8 +22,10 @@
 // a dead-letter subject (see [WithDeadLetter]), then terminated. A message
 // can be handled more than once when a process dies or loses its
 // connection while it holds it, so handlers should be idempotent, keyed
-// for example on the Nats-Msg-Id header or on the message's stream
-// sequence.
+// on [OriginalID], which is the same for a message and every copy Run
+// publishes of it. A handler that returns [Snooze] has its message back
+// later without using an attempt. [DeadLetters] and [Redrive] read dead
+// letters back and move them to their subjects again.
 //
 // # Flow
 //
@@ -60,7 +62,9 @@
 // handlers keep their ctx for a grace period ([WithGracePeriod], by
 // default [DefaultGracePeriod]); then it is cancelled. A handler that
 // fails once its ctx is cancelled failed because of the stop: the failure
-// is not an attempt, and its message is handed back at once, alike. Run
+// is not an attempt, and its message is handed back as the waiting ones
+// are, once the pulls have ended (handed back while one of the run's own
+// pulls is open, it could be redelivered straight into it). Run
 // waits for every handler to return, asks the server to confirm everything
 // the stop settled, and returns nil, or an error wrapping
 // [ErrNotConfirmed] if the server did not confirm some of it (the error
@@ -89,9 +93,9 @@ import (
 // [WithGracePeriod]), or at once when Run stops because the pool stopped,
 // the consumer is gone or the connection was closed; and it has a
 // deadline if [WithHandlerTimeout] sets one. A handler that returns an
-// error once the stop cancelled ctx has its message handed back at once,
-// the failure not counted as an attempt; past its deadline, it has failed
-// an attempt.
+// error once the stop cancelled ctx has its message handed back by the
+// stop, the failure not counted as an attempt; past its deadline, it has
+// failed an attempt. A [Snooze] is kept even then.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
 // nil, and Run's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
