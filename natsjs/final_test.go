@@ -537,3 +537,24 @@ func TestADeadLetterWhoseAnswerCameLateIsStoredOnce(t *testing.T) {
 	assert.Equal(t, int32(1), handled.Load(), "the handler ran again")
 	assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"), "one job, several dead letters")
 }
+
+// Messages whose dead letters wait are no longer running, but still
+// held: with WithMaxInFlight(2), two of them waiting leave no room for a
+// third, and the server never counts more than 2 held.
+func TestDeadLettersThatWaitStayWithinMaxInFlight(t *testing.T) {
+	t.Parallel()
+	const jobs = 6
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	publishJobs(t, js, jobs)
+	peak, stopWatch := heldPeak(t, cons)
+	var failed atomic.Int32
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		failed.Add(1)
+		return natsjs.Permanent(fmt.Errorf("job %s", msg.Data()))
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithDeadLetterTimeout(300*time.Millisecond), natsjs.WithMaxInFlight(2))
+	eventually(t, func() bool { return failed.Load() == jobs && peak() >= 2 }, "not every job failed")
+	require.NoError(t, stop())
+	assert.LessOrEqual(t, stopWatch(), 2, "held more than WithMaxInFlight with dead letters waiting")
+}

@@ -147,3 +147,104 @@ func TestASnoozeDuringTheStopIsKept(t *testing.T) {
 	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
 	require.NoError(t, stopB())
 }
+
+// A snooze meets a per-subject limit: v1 snoozes after v2 was stored,
+// which pushed v1 out of the stream; the snooze's copy would push v2 out.
+// v1 is superseded; v2 runs.
+func TestASnoozeOfAMessageANewerOnePushedOutIsSuperseded(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+
+	ta := newTally()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var hook hookLog
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if string(msg.Data()) == "v1" {
+			started <- struct{}{}
+			<-release
+			return natsjs.Snooze(100 * time.Millisecond)
+		}
+		return nil
+	}, hook.option())
+	recv(t, started, "v1's handler")
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v2"))
+	require.NoError(t, err)
+	close(release)
+	eventually(t, func() bool { return ta.snapshot()["v2"] == 1 && streamEmpty(js, "JOBS") }, "v2 was not handled")
+	require.NoError(t, stop())
+	assert.Equal(t, map[string]int{"v1": 1, "v2": 1}, ta.snapshot(), "the stale v1 ran again")
+	var superseded bool
+	for _, e := range hook.all() {
+		superseded = superseded || errors.Is(e, natsjs.ErrSuperseded)
+	}
+	assert.True(t, superseded, "the error handler was not told")
+}
+
+// A snooze meets a consumer BackOff, whose Nak delays nats-server counts
+// oddly: the copy's wait still lasts the snooze, not the BackOff. With
+// MaxDeliver 1 in a work queue, where a copy's only delivery would be its
+// wait, a snooze is a final failure.
+func TestASnoozeMeetsTheConsumersBackOffAndMaxDeliver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		maxDeliver int
+		backOff    []time.Duration
+	}{
+		{"BackOff", 3, []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second}},
+		{"MaxDeliver 1", 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const delay = 300 * time.Millisecond
+			s := startServer(t)
+			_, js := connect(t, s)
+			_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy})
+			require.NoError(t, err)
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+				Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: tc.maxDeliver, BackOff: tc.backOff,
+			})
+			require.NoError(t, err)
+			publishJobs(t, js, 1)
+			var log snoozeLog
+			var hook hookLog
+			stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				if log.ran() == 1 {
+					return natsjs.Snooze(delay)
+				}
+				return nil
+			}, natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+			if tc.maxDeliver == 1 {
+				eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") }, "not final")
+				require.NoError(t, stop())
+				hes := hook.handlerErrors()
+				require.Len(t, hes, 1)
+				assert.True(t, hes[0].Final)
+				assert.Len(t, log.times(), 1)
+				return
+			}
+			eventually(t, func() bool { return len(log.times()) == 2 && streamEmpty(js, "JOBS") }, "the snoozed job did not come back")
+			require.NoError(t, stop())
+			runs := log.times()
+			gap := runs[1].Sub(runs[0])
+			assert.GreaterOrEqual(t, gap, delay)
+			assert.Less(t, gap, tc.backOff[0], "the wait lasted the consumer's BackOff, not the snooze")
+			assert.Empty(t, hook.all())
+		})
+	}
+}

@@ -593,3 +593,39 @@ func TestAHandlerTheStopCutIsHandedBackOnceThePullsHaveEnded(t *testing.T) {
 		})
 	}
 }
+
+// With key order, a message is a task of the pool and the flow pulls for
+// the pool's workers, so a pull is open while a handler runs: a handler
+// the stop cut is handed back once, after the pulls, as without keys.
+func TestAKeyedHandlerTheStopCutIsHandedBackOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	for round := range 3 {
+		ack, err := js.Publish(context.Background(), "jobs.k"+strconv.Itoa(round), []byte(strconv.Itoa(round)))
+		require.NoError(t, err)
+		started := make(chan struct{}, 2)
+		stopA := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, natsjs.WithGracePeriod(0), natsjs.WithKey(subjectKey))
+		recv(t, started, "the handler")
+		require.NoError(t, stopA())
+		assert.Empty(t, started, "round %d: the job came back to the stopping Run", round)
+		info, err := st.Info(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, ack.Sequence+1, info.State.LastSeq, "round %d: the stop published more than one copy", round)
+		done := make(chan struct{}, 1)
+		stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			done <- struct{}{}
+			return nil
+		})
+		recv(t, done, "the handed-back job")
+		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+		require.NoError(t, stopB())
+	}
+}
