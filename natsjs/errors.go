@@ -29,6 +29,14 @@ var (
 	// after AckWait; one on its last delivery that it could not re-publish
 	// stays in its stream. The error handler is told of each message.
 	ErrNotConfirmed = errors.New("natsjs: the server did not confirm the settling of a message")
+	// ErrSuperseded says that a message's stream has moved on: a stream
+	// with a per-subject limit (MaxMsgsPerSubject) holds a newer message of
+	// its subject, or no longer holds the message. Run does not copy such
+	// a message back to its subject, where the copy would push the newer
+	// one out: it terminates it, and tells the error handler, wrapped in a
+	// [MessageError]. [Redrive] returns it for a dead letter whose subject
+	// has a newer message, and leaves the dead letter where it is.
+	ErrSuperseded = errors.New("natsjs: a newer message of its subject is stored")
 )
 
 // A MessageError is a failure to settle one message, passed to the
@@ -59,7 +67,8 @@ func (e *MessageError) Error() string {
 func (e *MessageError) Unwrap() error { return e.Err }
 
 // A HandlerError is a handler's failure, passed to the [WithErrorHandler]
-// function once [Run] has settled the message: each error a handler
+// function once [Run] has settled the message (a Stopped one, once Run has
+// taken it back, to hand back with the waiting ones): each error a handler
 // returned, each panic (Err is then a *workerpool.PanicError with the
 // value and the stack) and each call of runtime.Goexit.
 type HandlerError struct {
@@ -82,7 +91,8 @@ type HandlerError struct {
 	Final bool
 	// Stopped says that the handler failed once Run was stopping and had
 	// cancelled the handler's ctx: the failure is not an attempt. Run
-	// handed the message back at once, without backoff (see [Run]).
+	// hands the message back without backoff, with the messages that
+	// waited, once its pulls have ended (see [Run]).
 	Stopped bool
 	// Err is what the handler returned, a *workerpool.PanicError, or an
 	// error saying that it called runtime.Goexit.

@@ -126,3 +126,45 @@ func ExampleHandler_middleware() {
 	fmt.Println(outcomes, took > 0, err)
 	// Output: map[failed:1 ok:2] true <nil>
 }
+
+// A service that starts while its cluster elects a leader gets a 503, or
+// a timeout, from Run's first reads of the consumer: it retries. (No
+// output: go test compiles this example but does not run it.)
+func ExampleRun_retry() {
+	ctx := context.Background()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cons, err := js.Consumer(ctx, "JOBS", "workers")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p := workerpool.New(8)
+	defer p.StopWait()
+	h := func(ctx context.Context, msg jetstream.Msg) error { return nil }
+
+	for {
+		err := natsjs.Run(ctx, p, js, cons, h)
+		var apiErr *jetstream.APIError
+		transient := !errors.Is(err, jetstream.ErrInvalidOption) &&
+			(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &apiErr) && apiErr.Code == 503)
+		if !transient || ctx.Err() != nil {
+			fmt.Println(err)
+			return
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return
+		}
+	}
+}

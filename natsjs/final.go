@@ -1,12 +1,12 @@
 package natsjs
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/dispatchkit/workerpool"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A final failure (on the last attempt, or Permanent) with a dead-letter
@@ -95,7 +95,13 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 	out.Header.Set("Nats-Msg-Id", "natsjs-final:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
 	out.Header.Set(hdrAttempts, strconv.FormatUint(attempt, 10))
 	out.Header.Set(hdrFinal, headerValue(causeText(cause)))
-	ack, err := r.publish(r.js, out, r.cfg.settleTimeout, jetstream.WithExpectStream(stream))
+	out.Header.Del(hdrNotBefore)
+	ack, err := r.publishCopy(m, out)
+	if errors.Is(err, ErrSuperseded) {
+		r.report(m.messageError("republish", err))
+		r.send(m, "term", termBody("natsjs: failed for good; its dead letter could not be published, and a newer message of its subject superseded it"))
+		return
+	}
 	if err != nil {
 		if r.stopping.Load() {
 			r.unconfirmed.Add(1)
@@ -111,13 +117,20 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 // cause, to the dead-letter subject, as WithDeadLetter says, trying for the
 // dead-letter timeout.
 func (r *run) deadLetter(m *message, attempt uint64, cause error) error {
-	stream, seq, _, ts := m.info()
 	out := copyOf(m, r.cfg.deadLetterSubject)
 	// A dead letter published again to its subject, as one re-drives
 	// dead letters, is a message like any other.
 	out.Header.Del(hdrAttempts)
 	out.Header.Del(hdrFinal)
-	out.Header.Set("Nats-Msg-Id", "natsjs-dead:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
+	out.Header.Del(hdrNotBefore)
+	// The same id for every copy of the message: a copy kept because its
+	// dead letter's answer came too late has the first one deduplicated.
+	// A redriven job that fails again is another dead letter.
+	id := "natsjs-dead:" + m.origin()
+	if n := m.msg.Header.Get(hdrRedriven); n != "" {
+		id += ":" + n
+	}
+	out.Header.Set("Nats-Msg-Id", id)
 	if md, err := m.msg.Metadata(); err == nil {
 		out.Header.Set("Natsjs-Stream", md.Stream)
 		out.Header.Set("Natsjs-Consumer", md.Consumer)

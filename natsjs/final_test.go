@@ -436,3 +436,125 @@ func TestAHandlerThatSettledItsMessageThenFailedForGoodIsNotDeadLettered(t *test
 	require.NoError(t, stop())
 	assert.Zero(t, streamMsgs(t, js, "DEAD"))
 }
+
+// Issue 37's third failure: a message whose dead letter waited stayed
+// counted as running, and free workers were counted as the pool's size
+// less the running messages: four Permanent failures on a pool of 4, their
+// dead letters waiting 2s for a subject no stream captures, stopped every
+// pull, and no healthy job ran meanwhile on four free workers. A waiting
+// dead letter stays within Run's bounds, but frees its worker's share.
+func TestDeadLettersThatWaitLeaveTheirWorkersToOtherJobs(t *testing.T) {
+	t.Parallel()
+	const before, bad, later = 20, 4, 400
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	// Healthy jobs first, so that Run knows them as jobs of 50ms, longer
+	// than its horizon: it pulls for free workers, not ahead of them.
+	publishJobs(t, js, before)
+	for i := range bad {
+		_, err := js.Publish(context.Background(), fmt.Sprintf("jobs.bad%d", i), []byte("bad"))
+		require.NoError(t, err)
+	}
+	for i := range later {
+		_, err := js.Publish(context.Background(), fmt.Sprintf("jobs.later%d", i), []byte("later"))
+		require.NoError(t, err)
+	}
+
+	var failed, finished atomic.Int32
+	var atLastFailure, atFirstReport atomic.Int32
+	atFirstReport.Store(-1)
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "bad" {
+			if failed.Add(1) == bad {
+				atLastFailure.Store(finished.Load())
+			}
+			return natsjs.Permanent(errors.New("malformed"))
+		}
+		time.Sleep(50 * time.Millisecond)
+		finished.Add(1)
+		return nil
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithErrorHandler(func(err error) {
+		var me *natsjs.MessageError
+		if errors.As(err, &me) && me.Op == "dead-letter" {
+			atFirstReport.CompareAndSwap(-1, finished.Load())
+		}
+	}))
+	eventually(t, func() bool { return atFirstReport.Load() >= 0 }, "no dead letter was given up on")
+	require.NoError(t, stop())
+	// 2s on four workers is about 160 jobs of 50ms; 20 leaves room for a
+	// slow machine, and none is what a stalled Run finishes.
+	ran := atFirstReport.Load() - atLastFailure.Load()
+	assert.GreaterOrEqual(t, ran, int32(20), "healthy jobs finished while the dead letters waited")
+	t.Logf("%d healthy jobs finished while the dead letters waited", ran)
+}
+
+// Issue 37's fourth failure: a dead letter whose answer came after the
+// dead-letter timeout was stored, but counted failed; the message was kept
+// as a copy with a sequence of its own, whose dead letter got an id of its
+// own, which the dead-letter stream's duplicate window did not catch: two
+// dead letters of one job. The id derives from the first original, for
+// every copy.
+func TestADeadLetterWhoseAnswerCameLateIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	// The dead letters go through a proxy: 1.2s each way, beyond the
+	// dead-letter timeout of 1s.
+	proxy := startLatencyProxy(t, s.Addr().String(), 0)
+	slow, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(slow.Close)
+	proxy.setDelay(1200 * time.Millisecond)
+	slowJS, err := jetstream.New(slow)
+	require.NoError(t, err)
+
+	var unpublished atomic.Int32
+	var handled atomic.Int32
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		handled.Add(1)
+		return natsjs.Permanent(errors.New("malformed"))
+	}, natsjs.WithDeadLetter(slowJS, "dead.jobs"), natsjs.WithDeadLetterTimeout(time.Second),
+		natsjs.WithBackoff(func(uint64) time.Duration { return 200 * time.Millisecond }),
+		natsjs.WithErrorHandler(func(err error) {
+			var me *natsjs.MessageError
+			if errors.As(err, &me) && me.Op == "dead-letter" {
+				unpublished.Add(1)
+			}
+		}))
+	// The original's dead letter, and its copy's, each published and
+	// answered too late; then the latency goes, and the next one is
+	// answered in time.
+	eventually(t, func() bool { return unpublished.Load() >= 2 }, "the dead letters were not late")
+	proxy.setDelay(0)
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the job was not finished")
+	require.NoError(t, stop())
+	assert.Equal(t, int32(1), handled.Load(), "the handler ran again")
+	assert.Equal(t, uint64(1), streamMsgs(t, js, "DEAD"), "one job, several dead letters")
+}
+
+// Messages whose dead letters wait are no longer running, but still
+// held: with WithMaxInFlight(2), two of them waiting leave no room for a
+// third, and the server never counts more than 2 held.
+func TestDeadLettersThatWaitStayWithinMaxInFlight(t *testing.T) {
+	t.Parallel()
+	const jobs = 6
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	publishJobs(t, js, jobs)
+	peak, stopWatch := heldPeak(t, cons)
+	var failed atomic.Int32
+	stop := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		failed.Add(1)
+		return natsjs.Permanent(fmt.Errorf("job %s", msg.Data()))
+	}, natsjs.WithDeadLetter(js, "nowhere.dead"), natsjs.WithDeadLetterTimeout(300*time.Millisecond), natsjs.WithMaxInFlight(2))
+	eventually(t, func() bool { return failed.Load() == jobs && peak() >= 2 }, "not every job failed")
+	require.NoError(t, stop())
+	assert.LessOrEqual(t, stopWatch(), 2, "held more than WithMaxInFlight with dead letters waiting")
+}

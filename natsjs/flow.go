@@ -11,11 +11,13 @@ import (
 // the pool; it decides when to pull, how much, and when to send a runner.
 // It does no I/O: the run sends what it decides. One mutex guards it all.
 //
-// Each message is, at every moment, in one of five places, whose sum,
+// Each message is, at every moment, in one of six places, whose sum,
 // used, never exceeds bound:
 //   - owed: a pull asked for it, and the server may still deliver it;
 //   - queued: delivered, waiting for a runner;
 //   - running: a runner took it and has not settled it;
+//   - finishing: its handler returned, and its dead letter is being
+//     published without the worker, which the flow counts free;
 //   - acked: acked with a plain ack that no pull carried since and no
 //     probe covers: the server may not have processed the ack yet;
 //   - probing: acked, and a probe (an ack with a reply) asks the server to
@@ -44,8 +46,9 @@ type flow struct {
 	queue   []*message // queued, oldest first from head
 	head    int
 	running int
-	// finishing holds the running messages no runner holds any more:
-	// those whose dead letter is being published (see final.go).
+	// finishing holds the messages whose handler returned and that are
+	// still held: those whose dead letter is being published (see
+	// final.go). They count against the bounds, not as running.
 	finishing map[*message]struct{}
 	// With key order (flow_keys.go), messages go to the pool as keyed
 	// tasks, not to runners: out holds those submitted, true once their
@@ -99,12 +102,13 @@ type flow struct {
 	// none), the consumer's MaxRequestMaxBytes (0: none), what was left of
 	// the last pull the server ended because the next message was larger
 	// (tooBig), the live pull of one message whatever its size (oversize,
-	// 0: none), and the largest message delivered (maxSize).
+	// 0: none), and the size a pull plans for each message, that of the
+	// recent ones (recentSize, see sized).
 	bytes, owedBytes          int
 	maxBytes, maxRequestBytes int
 	tooBig                    int
 	oversize                  uint64
-	maxSize                   int
+	recentSize                int
 
 	pulls     []pullRecord // live pulls, oldest first
 	liveSum   int          // the sum of n over pulls
@@ -193,7 +197,7 @@ func (f *flow) signal() {
 func (f *flow) queued() int { return len(f.queue) - f.head }
 
 func (f *flow) used() int {
-	return f.owed + f.queued() + f.waiting + f.running + f.acked + f.probing
+	return f.owed + f.queued() + f.waiting + f.running + len(f.finishing) + f.acked + f.probing
 }
 
 // target returns how many messages the runners should have waiting or
@@ -320,7 +324,7 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 // A flowCounts is a snapshot of a flow.
 type flowCounts struct {
 	queued, waiting, running, owed, acked int
-	probing                               int
+	finishing, probing                    int
 	credits, active, pending              int
 	bytes, owedBytes                      int
 }
@@ -330,7 +334,8 @@ func (f *flow) counts() flowCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return flowCounts{
-		queued: f.queued(), waiting: f.waiting, running: f.running, owed: f.owed, acked: f.acked, probing: f.probing,
+		queued: f.queued(), waiting: f.waiting, running: f.running, owed: f.owed, acked: f.acked,
+		finishing: len(f.finishing), probing: f.probing,
 		credits: f.credits, active: f.active, pending: f.pending,
 		bytes: f.bytes, owedBytes: f.owedBytes,
 	}

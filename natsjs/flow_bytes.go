@@ -23,9 +23,11 @@ package natsjs
 // spare), but when its max_bytes were used to the byte: then the server
 // ends it silently, and the flow gives up on it at its deadline (see
 // sweep). So a pull asks for as many messages as fit twice over, each as
-// large as the largest seen (an ack subject grows by a byte as sequence
-// numbers do), and for one byte more than that: it ends with its count,
-// and never starves the pulls after it while it waits for messages.
+// large as the recent messages (see sized), and for one byte more than
+// that: it ends with its count, and never starves the pulls after it while
+// it waits for messages. A message larger than twice that ends the pull
+// with a 409 instead, which the flow takes in as it takes in any message
+// too large for what a pull left.
 
 // setByteBound sets the byte bound (0: none) and the consumer's
 // MaxRequestMaxBytes (0: none), which no pull's max_bytes may exceed.
@@ -67,10 +69,10 @@ func (f *flow) fitBytes(n, freed int) (int, int) {
 		// The next message is larger than the last pull left: it alone,
 		// with twice that, so that a few pulls find its size.
 		return 1, min(room, 2*f.tooBig)
-	case f.maxSize == 0:
+	case f.recentSize == 0:
 		return n, room // no message seen yet
 	}
-	each := 2 * f.maxSize
+	each := 2 * f.recentSize
 	if fit := (room - 1) / each; fit < n {
 		if fit == 0 {
 			if held > 0 {
@@ -110,7 +112,21 @@ func (f *flow) endPullBytes(p *pullRecord) {
 func (f *flow) deliveredBytes(size int) {
 	f.oversize = 0 // it is the only pull out, and its one message came
 	f.tooBig = 0
-	f.maxSize = max(f.maxSize, size)
+	f.sized(size)
+}
+
+// sized takes in the size of a message delivered: recentSize, what a pull
+// plans for each message, rises at once to a larger message and falls by
+// an eighth of the way to each smaller one. Planning for the largest
+// message ever seen, as v3.1 did, left a run whose byte bound fits one
+// large message holding one message at a time for good after it; this
+// forgets it within a few dozen messages. Call with mu held.
+func (f *flow) sized(size int) {
+	if size >= f.recentSize {
+		f.recentSize = size
+		return
+	}
+	f.recentSize -= (f.recentSize - size + 7) / 8
 }
 
 // owesBytes reports whether the live pulls may bring a message of size

@@ -197,3 +197,56 @@ func TestRunFitsItsPullsToTheConsumersMaxRequestMaxBytes(t *testing.T) {
 	require.NoError(t, stop())
 	assert.Empty(t, hook.all(), "a pull was refused")
 }
+
+// Issue 37's fifth failure: each pull was sized by the largest message
+// ever seen, so after one message of 160 KiB under a bound of 256 KiB, Run
+// held one message at a time for the rest of the run (42ms per job of
+// 40ms on 8 workers). The size a pull plans for follows the recent
+// messages: once small ones come again, the workers run side by side.
+func TestOneLargeMessageDoesNotShrinkThePullsForTheRestOfTheRun(t *testing.T) {
+	t.Parallel()
+	const bound, large, small, jobs = 256 << 10, 160 << 10, 1 << 10, 120
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 0)
+	publishSized(t, js, "large", large)
+	for i := range jobs {
+		publishSized(t, js, strconv.Itoa(i), small)
+	}
+
+	var mu sync.Mutex
+	largeDone := false
+	running, peak := 0, 0 // handlers of small jobs started after the large one finished
+	ta := newTally()
+	stop := consuming(t, newPool(t, 8), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		defer ta.add(msg)
+		if jobID(msg) == "large" {
+			time.Sleep(40 * time.Millisecond)
+			mu.Lock()
+			largeDone = true
+			mu.Unlock()
+			return nil
+		}
+		mu.Lock()
+		counted := largeDone
+		if counted {
+			running++
+			peak = max(peak, running)
+		}
+		mu.Unlock()
+		time.Sleep(40 * time.Millisecond)
+		if counted {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}
+		return nil
+	}, natsjs.WithMaxBytes(bound))
+	eventually(t, func() bool { return ta.distinct() == jobs+1 }, "not every job handled")
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	// 8 workers; 4 leaves room for a slow machine.
+	assert.GreaterOrEqual(t, peak, 4, "after the large message, Run held one message at a time")
+	t.Logf("at most %d handlers at once after the large message", peak)
+}

@@ -61,12 +61,38 @@ func (f *flow) runningDone(m *message) {
 	}
 }
 
-// hold records that m, running, stays held once its runner has gone on:
-// it gets its progress until unhold.
+// requeue puts m, running, whose handler the stop cut, back in the queue,
+// which the stop hands back once the pulls have ended; no runner takes it
+// any more. It returns false, and changes nothing, if the stop has handed
+// the queue back already: m must go back now.
+func (f *flow) requeue(m *message) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.handingBack {
+		return false
+	}
+	f.running--
+	if f.keyed {
+		f.forget(m)
+	}
+	f.queue = append(f.queue, m)
+	return true
+}
+
+// hold records that m, running, stays held once its runner has gone on,
+// until unhold: it gets its progress, and counts against the bound and
+// the byte bound, but no longer as running, so that the flow counts its
+// worker free and pulls for it. A key's task that finished frees its key
+// too.
 func (f *flow) hold(m *message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.running--
+	if f.keyed {
+		f.forget(m)
+	}
 	f.finishing[m] = struct{}{}
+	f.signal()
 }
 
 // unhold frees the slot of m, held, which was settled (or left).
@@ -74,6 +100,6 @@ func (f *flow) unhold(m *message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.finishing, m)
-	f.runningDone(m)
+	f.bytes -= m.size
 	f.signal()
 }

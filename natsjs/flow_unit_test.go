@@ -11,7 +11,9 @@ import (
 // without a server, through random interleavings of what the run does:
 // pulls plain and carried, deliveries (as the server makes them, within
 // each pull's count and max_bytes, and some late, that no pull owed),
-// runners starting, taking messages, acking, failing and leaving,
+// runners starting, taking messages, acking, failing (for good, their
+// messages held while their dead letters are published; or cut by the
+// stop, their messages put back in the queue) and leaving,
 // statuses, probes and sweeps. After every step, every count is at least
 // zero, credits at most the pool's size, what the flow holds within its
 // bound, what its messages weigh what it counts, what the pulls may still
@@ -21,6 +23,8 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 	handed := 0   // messages handed to a lingering runner: the walk reached that path
 	tooLarge := 0 // pulls the server ended because the next message was too large
 	alone := 0    // steps at which one message larger than the byte bound was held
+	requeued := 0 // cut handlers' messages put back in the queue at a stop
+	held := 0     // messages held while their dead letters were published
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 		f := newFlow()
@@ -49,6 +53,8 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			pulls     []*livePull // the server's view of the pulls it may serve
 			probes    []uint64
 			clock     int64
+			finishing []*message // held while their dead letters are published
+			stopped   bool
 		)
 		newPull := func(p pull) {
 			if reqLimit > 0 && p.maxBytes > reqLimit {
@@ -151,10 +157,30 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 					}
 					rn.cur = nil
 				}
-			case 6: // a handler fails: Nak'd
+			case 6: // a handler fails: Nak'd; or for good, its dead letter
+				// published without the worker; or, once the stop cut it,
+				// back to the queue until the pulls end
 				if rn := busy(running, rng); rn != nil {
-					f.released(rn.cur)
+					switch {
+					case stopped && rng.IntN(2) == 0:
+						if f.requeue(rn.cur) {
+							requeued++
+						} else {
+							f.released(rn.cur) // handed back at once
+						}
+					case rng.IntN(3) == 0:
+						f.hold(rn.cur)
+						finishing = append(finishing, rn.cur)
+						held++
+					default:
+						f.released(rn.cur)
+					}
 					rn.cur = nil
+				} else if len(finishing) > 0 {
+					// A dead letter was published, or given up on.
+					i := rng.IntN(len(finishing))
+					f.unhold(finishing[i])
+					finishing = append(finishing[:i], finishing[i+1:]...)
 				}
 			case 7: // a pull ends with a status: what it left, or nothing said
 				if len(pulls) > 0 {
@@ -190,13 +216,16 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 				f.setParams(size, bound, 10*time.Millisecond, 1+rng.IntN(50))
 				if step > 2500 && rng.IntN(4) == 0 {
 					f.stop()
-					f.handBack()
+					stopped = true
+					if rng.IntN(2) == 0 {
+						f.handBack()
+					}
 				}
 			}
 			c := f.counts()
 			for name, v := range map[string]int{
 				"queued": c.queued, "running": c.running, "owed": c.owed, "acked": c.acked,
-				"probing": c.probing, "credits": c.credits, "active": c.active, "pending": c.pending,
+				"probing": c.probing, "finishing": c.finishing, "credits": c.credits, "active": c.active, "pending": c.pending,
 				"bytes": c.bytes, "owed bytes": c.owedBytes,
 			} {
 				if v < 0 {
@@ -206,10 +235,13 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			if c.credits > size {
 				t.Fatalf("seed %d step %d: %d credits for a pool of %d", seed, step, c.credits, size)
 			}
-			if used := c.owed + c.queued + c.running + c.acked + c.probing; bound > 0 && used > bound {
+			if c.finishing != len(finishing) {
+				t.Fatalf("seed %d step %d: %d finishing, the flow counts %d: %+v", seed, step, len(finishing), c.finishing, c)
+			}
+			if used := c.owed + c.queued + c.running + c.finishing + c.acked + c.probing; bound > 0 && used > bound {
 				t.Fatalf("seed %d step %d: %d held against a bound of %d: %+v", seed, step, used, bound, c)
 			}
-			if weight := heldBytes(f, running); weight != c.bytes {
+			if weight := heldBytes(f, running, finishing); weight != c.bytes {
 				t.Fatalf("seed %d step %d: the held messages weigh %d, the flow counts %d: %+v", seed, step, weight, c.bytes, c)
 			}
 			// What the server may still send is what its pulls have left.
@@ -221,7 +253,7 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 				t.Fatalf("seed %d step %d: the flow counts %d bytes owed, the pulls may bring %d: %+v", seed, step, c.owedBytes, mayBring, c)
 			}
 			if maxBytes > 0 && c.bytes+mayBring > maxBytes {
-				if c.queued+c.running != 1 || mayBring != 0 {
+				if c.queued+c.running+c.finishing != 1 || mayBring != 0 {
 					t.Fatalf("seed %d step %d: %d bytes held and %d may come against a bound of %d: %+v", seed, step, c.bytes, mayBring, maxBytes, c)
 				}
 				alone++
@@ -231,11 +263,12 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 	if handed == 0 {
 		t.Error("no message was handed to a lingering runner: the walk missed that path")
 	}
-	if tooLarge == 0 || alone == 0 {
-		t.Errorf("the walk missed a path: %d pulls ended by a message too large, %d steps holding one message over the byte bound", tooLarge, alone)
+	if tooLarge == 0 || alone == 0 || requeued == 0 || held == 0 {
+		t.Errorf("the walk missed a path: %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d messages requeued, %d held for their dead letters",
+			tooLarge, alone, requeued, held)
 	}
-	t.Logf("%d messages handed to lingering runners, %d pulls ended by a message too large, %d steps holding one message over the byte bound",
-		handed, tooLarge, alone)
+	t.Logf("%d messages handed to lingering runners, %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d requeued, %d held for their dead letters",
+		handed, tooLarge, alone, requeued, held)
 }
 
 // A livePull is a pull as the server sees it: the messages it may still
@@ -246,8 +279,9 @@ type livePull struct {
 	deadline time.Time
 }
 
-// heldBytes returns what the messages f holds, queued or running, weigh.
-func heldBytes(f *flow, running []*runner) int {
+// heldBytes returns what the messages f holds, queued, running or
+// finishing, weigh.
+func heldBytes(f *flow, running []*runner, finishing []*message) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -258,6 +292,9 @@ func heldBytes(f *flow, running []*runner) int {
 		if rn.cur != nil {
 			n += rn.cur.size
 		}
+	}
+	for _, m := range finishing {
+		n += m.size
 	}
 	return n
 }

@@ -127,7 +127,31 @@ const (
 	hdrFinal = "Natsjs-Final-Error"
 	// hdrFrom is the stream sequence of the first original of a copy.
 	hdrFrom = "Natsjs-Republished-From"
+	// hdrNotBefore, on a delayed copy (a Snooze, or a failure that fell
+	// on the server's last delivery of a delayed copy), is when its next
+	// attempt may start, in RFC 3339 with nanoseconds. The copy's first
+	// delivery is its wait, never an attempt: Run Naks it with the delay
+	// left, or at once if none is.
+	hdrNotBefore = "Natsjs-Not-Before"
+	// hdrOrigin names the first original of a copy, dead letters
+	// included: its stream, stream sequence and stored time in Unix
+	// nanoseconds, "<stream>:<sequence>:<time>". The ids Run derives for
+	// a message (its dead letter's, OriginalID's) are the same for every
+	// copy of it.
+	hdrOrigin = "Natsjs-Origin"
 )
+
+// origin returns m's first original, as hdrOrigin says it: m's own
+// stream, sequence and time, unless m is a copy.
+func (m *message) origin() string {
+	if m.msg.Header != nil {
+		if o := m.msg.Header.Get(hdrOrigin); o != "" {
+			return o
+		}
+	}
+	stream, seq, _, ts := m.info()
+	return stream + ":" + strconv.FormatUint(seq, 10) + ":" + strconv.FormatInt(ts, 10)
+}
 
 // attemptsBefore returns the attempts m had used before this copy of it
 // was published; 0 for a message Run did not copy.
@@ -136,6 +160,31 @@ func (m *message) attemptsBefore() uint64 {
 		return 0
 	}
 	n, _ := strconv.ParseUint(m.msg.Header.Get(hdrAttempts), 10, 64)
+	return n
+}
+
+// notBefore returns when the next attempt of m, a delayed copy, may
+// start; false if m is no delayed copy.
+func (m *message) notBefore() (time.Time, bool) {
+	if m.msg.Header == nil {
+		return time.Time{}, false
+	}
+	v := m.msg.Header.Get(hdrNotBefore)
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
+}
+
+// attemptsUsed returns the attempts m had used before its delivery
+// numbered delivery: those its copy carries, and its deliveries before,
+// but for the wait of a delayed copy, its first delivery.
+func (m *message) attemptsUsed(delivery uint64) uint64 {
+	n := m.attemptsBefore() + max(delivery, 1) - 1
+	if _, delayed := m.notBefore(); delayed && delivery >= 2 {
+		n--
+	}
 	return n
 }
 

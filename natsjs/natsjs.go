@@ -22,8 +22,10 @@
 // a dead-letter subject (see [WithDeadLetter]), then terminated. A message
 // can be handled more than once when a process dies or loses its
 // connection while it holds it, so handlers should be idempotent, keyed
-// for example on the Nats-Msg-Id header or on the message's stream
-// sequence.
+// on [OriginalID], which is the same for a message and every copy Run
+// publishes of it. A handler that returns [Snooze] has its message back
+// later without using an attempt. [DeadLetters] and [Redrive] read dead
+// letters back and move them to their subjects again.
 //
 // # Flow
 //
@@ -60,7 +62,9 @@
 // handlers keep their ctx for a grace period ([WithGracePeriod], by
 // default [DefaultGracePeriod]); then it is cancelled. A handler that
 // fails once its ctx is cancelled failed because of the stop: the failure
-// is not an attempt, and its message is handed back at once, alike. Run
+// is not an attempt, and its message is handed back as the waiting ones
+// are, once the pulls have ended (handed back while one of the run's own
+// pulls is open, it could be redelivered straight into it). Run
 // waits for every handler to return, asks the server to confirm everything
 // the stop settled, and returns nil, or an error wrapping
 // [ErrNotConfirmed] if the server did not confirm some of it (the error
@@ -89,9 +93,9 @@ import (
 // [WithGracePeriod]), or at once when Run stops because the pool stopped,
 // the consumer is gone or the connection was closed; and it has a
 // deadline if [WithHandlerTimeout] sets one. A handler that returns an
-// error once the stop cancelled ctx has its message handed back at once,
-// the failure not counted as an attempt; past its deadline, it has failed
-// an attempt.
+// error once the stop cancelled ctx has its message handed back by the
+// stop, the failure not counted as an attempt; past its deadline, it has
+// failed an attempt. A [Snooze] is kept even then.
 // A handler may settle msg itself (Ack, Nak, Term); it should then return
 // nil, and Run's own settling has no effect.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
@@ -123,8 +127,15 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // reach every consumer, Run Naks too, which costs the message a delivery;
 // on its last delivery, Run dead-letters it (see [WithDeadLetter]), or,
 // without a dead-letter subject, leaves it and says so
-// ([ErrNotConfirmed]). A copy that cannot be published (a stream full)
-// falls back to a Nak.
+// ([ErrNotConfirmed]). In a stream with a per-subject limit
+// (MaxMsgsPerSubject), a copy never takes the place of another message of
+// its subject: it is published only while the message is the last of its
+// subject, and, with a limit above 1, while the subject has room; a
+// message a newer one pushed out is superseded, and terminated without a
+// copy (the error handler hears [ErrSuperseded]). A copy that cannot be
+// published (a stream full, a subject full, DiscardNewPerSubject) falls
+// back to a Nak, or, on the last delivery, to what is done outside a work
+// queue.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
@@ -251,8 +262,9 @@ func isNil(v any) bool {
 
 // reach checks, before Run pulls through js, that js reaches cons: the
 // same consumer, not one of the same name in another domain or account,
-// whose pulls would never be answered. It reads the stream's retention,
-// and times the round trips, the first measure of a pull's.
+// whose pulls would never be answered. It reads the stream's retention
+// and per-subject limits, which decide how a message is copied, and times
+// the round trips, the first measure of a pull's.
 func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -276,7 +288,11 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	if err != nil {
 		return fmt.Errorf("natsjs: Run: reading stream %q: %w", info.Stream, err)
 	}
-	r.workQueue = stream.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy
+	sc := stream.CachedInfo().Config
+	r.stream = stream
+	r.workQueue = sc.Retention == jetstream.WorkQueuePolicy
+	r.perSubject = sc.MaxMsgsPerSubject
+	r.refusesPerSubject = sc.Discard == jetstream.DiscardNew && sc.DiscardNewPerSubject
 	return nil
 }
 

@@ -169,10 +169,13 @@ func WithProgressInterval(d time.Duration) Option {
 // fail); their values are kept under Natsjs-Original-*. Headers
 // Natsjs-Stream, Natsjs-Consumer, Natsjs-Subject, Natsjs-Sequence,
 // Natsjs-Deliveries and Natsjs-Error say where the message came from and
-// why it failed (for a panic, its value). The copy's Nats-Msg-Id is
-// "natsjs-dead:<stream>:<sequence>:<timestamp>", the same for every copy of
-// one message, so that a stream with a duplicate window keeps one copy
-// when Run publishes it again after a publication whose answer was lost.
+// why it failed (for a panic, its value), and Natsjs-Origin names the
+// first original ("<stream>:<sequence>:<stored time in Unix ns>"). The
+// copy's Nats-Msg-Id is "natsjs-dead:<origin>", derived from the first
+// original, the same for the dead letter of every copy Run made of it (at
+// a stop, or because a dead letter's answer came too late), so that a
+// stream with a duplicate window keeps one dead letter of the job when Run
+// publishes it again.
 //
 // Run publishes the copy without the worker whose handler failed, which
 // goes on to the next message, and keeps the message, with its progress

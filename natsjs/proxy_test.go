@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,13 +12,14 @@ import (
 )
 
 // A latencyProxy forwards the TCP connections it accepts on loopback to a
-// server, and delivers every byte a fixed delay after it read it, in each
+// server, and delivers every byte a delay after it read it, in each
 // direction: the server seems a round trip of twice the delay away, as a
-// server in another region would, without any loss of bandwidth.
+// server in another region would, without any loss of bandwidth. A test
+// may change the delay (setDelay); the bytes keep their order.
 type latencyProxy struct {
 	ln    net.Listener
 	to    string
-	delay time.Duration
+	delay atomic.Int64 // a time.Duration
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -30,11 +32,15 @@ func startLatencyProxy(t testing.TB, to string, delay time.Duration) *latencyPro
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &latencyProxy{ln: ln, to: to, delay: delay}
+	p := &latencyProxy{ln: ln, to: to}
+	p.setDelay(delay)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
 }
+
+// setDelay sets the delay of the bytes read from now on.
+func (p *latencyProxy) setDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // url is the proxy's address as a NATS URL.
 func (p *latencyProxy) url() string { return "nats://" + p.ln.Addr().String() }
@@ -74,7 +80,7 @@ type chunk struct {
 	at   time.Time
 }
 
-// forward copies src to dst, each chunk p.delay after it was read. The
+// forward copies src to dst, each chunk the delay after it was read. The
 // reader never waits for the writer's delays, so the bytes keep their
 // order and the delay does not add up.
 func (p *latencyProxy) forward(dst io.WriteCloser, src io.ReadCloser) {
@@ -96,7 +102,7 @@ func (p *latencyProxy) forward(dst io.WriteCloser, src io.ReadCloser) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			chunks <- chunk{data: append([]byte(nil), buf[:n]...), at: time.Now().Add(p.delay)}
+			chunks <- chunk{data: append([]byte(nil), buf[:n]...), at: time.Now().Add(time.Duration(p.delay.Load()))}
 		}
 		if err != nil {
 			return // closed, or the other side hung up

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,58 +37,144 @@ func (r *run) giveBack(m *message) {
 	case r.maxDeliver.Load() <= 0:
 		r.send(m, "nak", ackNak)
 	case r.workQueue && !r.gone.Load():
-		if err := r.republish(m, delivery); err != nil {
-			if r.lastDelivery(delivery) {
-				r.unconfirmed.Add(1)
-				r.report(m.messageError("republish", fmt.Errorf("%w: %w", ErrNotConfirmed, err)))
-				return
-			}
+		err := r.republish(m, delivery)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrSuperseded):
+			r.report(m.messageError("republish", err))
+		case r.lastDelivery(delivery):
+			// A Nak would strand it, and no copy can take its place.
+			r.report(m.messageError("republish", err))
+			r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "no copy could take its place")
+		default:
 			// The Nak costs the message a delivery, but loses nothing.
 			r.report(m.messageError("republish", err))
 			r.send(m, "nak", ackNak)
 		}
 	case r.lastDelivery(delivery):
-		r.leaveLast(m, delivery)
+		r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "in a stream that is not a work queue")
 	default:
 		r.send(m, "nak", ackNak)
 	}
 }
 
 // republish publishes a copy of m, delivered delivery times, to its own
-// subject, in its work-queue stream, and terminates m.
+// subject, in its work-queue stream, and terminates m; if the stream has
+// moved on (ErrSuperseded), it terminates m without a copy.
 func (r *run) republish(m *message, delivery uint64) error {
 	stream, seq, _, ts := m.info()
 	spent := m.attemptsBefore() // a copy whose handler failed for good keeps its count
 	if _, final := m.finalError(); !final {
-		spent += delivery - 1 // this delivery is no attempt
+		spent = m.attemptsUsed(delivery) // this delivery is no attempt
 	}
 	out := copyOf(m, m.msg.Subject)
+	if nb, ok := m.notBefore(); ok && (delivery >= 2 || !nb.After(time.Now())) {
+		// Its wait is over: the copy is an ordinary one.
+		out.Header.Del(hdrNotBefore)
+	}
 	out.Header.Set("Nats-Msg-Id", "natsjs-republish:"+stream+":"+strconv.FormatUint(seq, 10)+":"+strconv.FormatInt(ts, 10))
 	out.Header.Set(hdrAttempts, strconv.FormatUint(spent, 10))
-	ack, err := r.publish(r.js, out, r.cfg.settleTimeout, jetstream.WithExpectStream(stream))
-	if err != nil {
+	ack, err := r.publishCopy(m, out)
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		r.send(m, "term", termBody("natsjs: handed back, but superseded by a newer message of its subject"))
+		return err
+	case err != nil:
 		return err
 	}
 	r.send(m, "term", termBody(fmt.Sprintf("natsjs: re-published as %s/%d: handed back", ack.Stream, ack.Sequence)))
 	return nil
 }
 
-// leaveLast hands back m, on its last delivery outside a work queue: it
-// dead-letters m if WithDeadLetter says where, and else leaves it in its
-// stream. Either way a failure is reported and counted unconfirmed.
-func (r *run) leaveLast(m *message, delivery uint64) {
-	const why = "natsjs: the stop came on its last delivery"
+// publishCopy publishes out, a copy of m to m's own subject, which is to
+// take m's place in its stream and no other message's.
+//
+// In a stream with a per-subject limit (MaxMsgsPerSubject), publishing a
+// message pushes out the oldest of its subject once the subject is full:
+// a copy published while a newer message of its subject is stored would
+// push that one out, and the stale job would run in its place. So there
+// the copy is published only while m is the last of its subject, which
+// the server checks as it stores it (Nats-Expected-Last-Subject-
+// Sequence): then what it pushes out, with a limit of 1, is m itself.
+// With a larger limit and the subject full, it would push out an older
+// message of the subject: it is not published. If m is no longer stored
+// (a newer message pushed it out, or it was removed), the stream has moved
+// on: the error wraps ErrSuperseded, and m needs no copy. A stream that
+// refuses a message over the limit (DiscardNewPerSubject) refuses the copy
+// while m is stored: the error says so at once. Any other failure is
+// retried for the settle timeout.
+func (r *run) publishCopy(m *message, out *nats.Msg) (*jetstream.PubAck, error) {
+	stream, seq, _, _ := m.info()
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream)}
+	if r.perSubject <= 0 {
+		return r.publish(r.js, out, r.cfg.settleTimeout, opts...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.settleTimeout)
+	defer cancel()
+	if r.perSubject > 1 && !r.refusesPerSubject {
+		info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(m.msg.Subject))
+		if err != nil {
+			return nil, fmt.Errorf("natsjs: counting the messages of subject %q: %w", m.msg.Subject, err)
+		}
+		if n := info.State.Subjects[m.msg.Subject]; int64(n) >= r.perSubject {
+			return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: subject %q holds %d messages, its limit: a copy would push out the oldest", m.msg.Subject, n))
+		}
+	}
+	opts = append(opts, jetstream.WithExpectLastSequencePerSubject(seq))
+	ack, err := r.publish(r.js, out, r.cfg.settleTimeout, opts...)
+	if err == nil || !wrongLastSequence(err) {
+		return ack, err
+	}
+	// m is not the last of its subject: a newer message is, or the copy
+	// itself, stored by a publication whose answer was lost.
+	if last, lerr := r.stream.GetLastMsgForSubject(ctx, m.msg.Subject); lerr == nil && last.Header.Get("Nats-Msg-Id") == out.Header.Get("Nats-Msg-Id") {
+		return &jetstream.PubAck{Stream: stream, Sequence: last.Sequence}, nil
+	}
+	return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: a newer message of subject %q is stored: %w", m.msg.Subject, err))
+}
+
+// superseded returns an error wrapping ErrSuperseded if m's stream no
+// longer holds m, and err otherwise.
+func (r *run) superseded(ctx context.Context, m *message, err error) error {
+	_, seq, _, _ := m.info()
+	if _, gerr := r.stream.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("%w: its stream no longer holds it", ErrSuperseded)
+	}
+	return err
+}
+
+// wrongLastSequence reports whether err is the server's refusal of a
+// publication whose expected last sequence was not the last.
+func wrongLastSequence(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// refusedForGood reports whether err is a refusal that publishing the
+// same message again cannot change: its expected last sequence was not
+// the last, or the stream refuses a message over the per-subject limit.
+func refusedForGood(err error) bool {
+	var ae *jetstream.APIError
+	return wrongLastSequence(err) || errors.As(err, &ae) && strings.Contains(ae.Description, "per subject")
+}
+
+// leaveLast hands back m, closed, on its last delivery, where a Nak would
+// strand it and no copy can be published (why says which): it
+// dead-letters m, as failed on attempt with cause, if WithDeadLetter says
+// where, and else leaves it in its stream. Either way a failure is
+// reported and counted unconfirmed.
+func (r *run) leaveLast(m *message, attempt uint64, cause error, why string) {
 	if r.cfg.deadLetterJS == nil {
 		r.unconfirmed.Add(1)
-		r.report(m.messageError("republish", fmt.Errorf("%w: %s, in a stream that is not a work queue, and no dead-letter subject is set: the message stays in its stream", ErrNotConfirmed, why)))
+		r.report(m.messageError("republish", fmt.Errorf("%w: %v, %s, and no dead-letter subject is set: the message stays in its stream", ErrNotConfirmed, cause, why)))
 		return
 	}
-	if err := r.deadLetter(m, m.attemptsBefore()+delivery, stopCause{}); err != nil {
+	if err := r.deadLetter(m, attempt, cause); err != nil {
 		r.unconfirmed.Add(1)
 		r.report(m.messageError("dead-letter", fmt.Errorf("%w: %w", ErrNotConfirmed, err)))
 		return
 	}
-	r.send(m, "term", termBody(why))
+	r.send(m, "term", termBody(headerValue(causeText(cause))))
 }
 
 // stopCause is the dead letter's cause for a message the stop could not
@@ -98,25 +185,32 @@ func (stopCause) Error() string { return "natsjs: the stop came on its last deli
 
 // copyOf returns a copy of m to publish to subject: its payload and
 // headers, with the headers named Nats-* renamed Natsjs-Original-*, and
-// Natsjs-Republished-From, m's stream sequence. A copy of a copy keeps the
-// first original's: a Natsjs-Original-* header m has already wins over the
-// Nats-* header it would be renamed from, and its Natsjs-Republished-From
-// stays.
+// Natsjs-Republished-From and Natsjs-Origin, m's stream sequence and
+// origin. A copy of a copy keeps the first original's: its
+// Natsjs-Original-*, Natsjs-Republished-From and Natsjs-Origin headers
+// stay, and its own Nats-* headers, which Run set for its publication, go.
 func copyOf(m *message, subject string) *nats.Msg {
 	out := nats.NewMsg(subject)
 	out.Data = m.msg.Data
+	_, isCopy := m.msg.Header[hdrOrigin]
+	if _, v31 := m.msg.Header[hdrFrom]; v31 {
+		isCopy = true // a copy v3.1 made, before copies said their origin
+	}
 	for k, vs := range m.msg.Header {
 		if rest, ok := strings.CutPrefix(k, "Nats-"); ok {
-			k = "Natsjs-Original-" + rest
-			if _, kept := m.msg.Header[k]; kept {
-				continue
+			if isCopy {
+				continue // Run's own, for the copy's publication
 			}
+			k = "Natsjs-Original-" + rest
 		}
 		out.Header[k] = append([]string(nil), vs...)
 	}
 	if _, kept := out.Header[hdrFrom]; !kept {
 		_, seq, _, _ := m.info()
 		out.Header.Set(hdrFrom, strconv.FormatUint(seq, 10))
+	}
+	if _, kept := out.Header[hdrOrigin]; !kept {
+		out.Header.Set(hdrOrigin, m.origin())
 	}
 	return out
 }
@@ -135,6 +229,9 @@ func (r *run) publish(js jetstream.JetStream, out *nats.Msg, within time.Duratio
 		cancelTry()
 		if err == nil {
 			return ack, nil
+		}
+		if refusedForGood(err) {
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():

@@ -310,3 +310,135 @@ func TestAMessageCaughtByEveryStopOfARollingDeployKeepsItsAttempts(t *testing.T)
 		assert.Contains(t, []string{"1", "2"}, raw.Header.Get("Natsjs-Republished-From"), "the dead letter does not name the first original")
 	}
 }
+
+// Issue 37's first failure: in a work queue that keeps the latest job of
+// each subject (MaxMsgsPerSubject 1), v1 runs, v2 is stored (the stream
+// holds v2 only), and the process stops: v1's copy, published to its
+// subject, pushed v2 out, and the stale v1 ran next. A copy takes its
+// message's place, never a newer message's: v1 is superseded.
+func TestAStopsCopyNeverReplacesANewerMessageOfItsSubject(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+
+	started := make(chan struct{}, 1)
+	var hook hookLog
+	stopA := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), hook.option())
+	recv(t, started, "v1's handler")
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v2"))
+	require.NoError(t, err)
+	require.NoError(t, stopA())
+	var superseded bool
+	for _, e := range hook.all() {
+		superseded = superseded || errors.Is(e, natsjs.ErrSuperseded)
+	}
+	assert.True(t, superseded, "the error handler was not told that v1 was superseded")
+
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left in the stream")
+	require.NoError(t, stopB())
+	assert.Equal(t, map[string]int{"v2": 1}, ta.snapshot(), "the newer job was lost, or the stale one ran")
+}
+
+// The same root with DiscardNewPerSubject: the stream refuses the copy
+// while the message it copies is stored. On the last delivery, where a
+// Nak would strand it, the stop dead-letters it instead.
+func TestAStopOnTheLastDeliveryInAStreamThatRefusesTheCopyDeadLettersIt(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy,
+		MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
+	})
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 1,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+
+	started := make(chan struct{}, 1)
+	stopA := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), natsjs.WithDeadLetter(js, "dead.jobs"))
+	recv(t, started, "the handler")
+	require.NoError(t, stopA(), "the stop left the job stranded")
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") }, "the job was not dead-lettered")
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	raw, err := dead.GetMsg(context.Background(), 1)
+	require.NoError(t, err)
+	assert.Equal(t, "v1", string(raw.Data))
+	assert.Contains(t, raw.Header.Get("Natsjs-Error"), "last delivery")
+}
+
+// With a per-subject limit above 1, a full subject pushes out its oldest
+// message when another is stored: a copy published there would push out
+// an older job, which no one ran. The copy is not published; the stop
+// Naks the message instead, which costs it a delivery but loses nothing.
+func TestAStopsCopyPushesOutNoOlderMessageOfAFullSubject(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 2,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	for _, job := range []string{"older", "cut"} {
+		_, err = js.Publish(context.Background(), "jobs.a", []byte(job))
+		require.NoError(t, err)
+	}
+
+	// "older" fails and waits an hour for its retry, in the stream; "cut"
+	// runs until the stop.
+	started := make(chan struct{}, 1)
+	var hook hookLog
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "older" {
+			return errors.New("later")
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }), hook.option())
+	recv(t, started, "the handler")
+	eventually(t, func() bool { return len(hook.handlerErrors()) == 1 }, "the older job did not fail")
+	require.NoError(t, stopA())
+
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("jobs.a"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), info.State.Subjects["jobs.a"], "the subject lost a job")
+	raw, err := st.GetMsg(context.Background(), 1)
+	require.NoError(t, err, "the older job was pushed out")
+	assert.Equal(t, "older", string(raw.Data))
+}

@@ -22,16 +22,24 @@ import (
 // sends progress, watches the pool and the connection, gives up on pulls
 // and probes the server did not answer, and probes unconfirmed acks.
 type run struct {
-	s          workerpool.Submitter
-	js         jetstream.JetStream
-	nc         *nats.Conn
-	cons       jetstream.Consumer
-	h          Handler
-	cfg        config
-	name       string // the consumer's
-	workQueue  bool   // its stream is a work queue: a copy reaches it alone
-	flow       *flow
-	runnerTask func() // r.runnerTask, made once: submitting it allocates nothing
+	s         workerpool.Submitter
+	js        jetstream.JetStream
+	nc        *nats.Conn
+	cons      jetstream.Consumer
+	h         Handler
+	cfg       config
+	name      string // the consumer's
+	stream    jetstream.Stream
+	workQueue bool // its stream is a work queue: a copy reaches it alone
+	// The stream's per-subject limit (MaxMsgsPerSubject, 0 or less: none)
+	// and whether it refuses a message over it (DiscardNewPerSubject)
+	// rather than drop the oldest of the subject, as read when Run starts:
+	// they decide whether a copy can take its message's place (see
+	// publishCopy).
+	perSubject        int64
+	refusesPerSubject bool
+	flow              *flow
+	runnerTask        func() // r.runnerTask, made once: submitting it allocates nothing
 
 	// The subscription and what pulls look like, fitted to the consumer
 	// when Run starts.
@@ -191,7 +199,7 @@ func (r *run) stop() {
 	// Every handler returned, and every message they ran was settled
 	// (acked, handed back, or its dead letter published or given up on),
 	// confirmed: confirm the plain acks sent before the stop.
-	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 })
+	r.waitFlow(func(c flowCounts) bool { return c.active == 0 && c.running == 0 && c.finishing == 0 })
 	r.probeAcked()
 	r.waitFlow(func(c flowCounts) bool { return c.probing == 0 })
 

@@ -121,11 +121,15 @@ func (r *run) next(rn *runner, yield bool) *message {
 // runtime.Goexit has m settled, then its goroutine ends.
 //
 // A copy whose handler failed for good before (see final.go) is settled
-// without running the handler.
+// without running the handler, and so is a delayed copy's first delivery,
+// its wait (snooze.go).
 func (r *run) handle(m *message) time.Time {
 	if cause, ok := m.finalError(); ok {
 		r.finishCopy(m, cause)
 		return time.Now()
+	}
+	if r.wait(m) {
+		return time.Now() // a delayed copy's wait
 	}
 	start := time.Now()
 	ctx, cancel := r.handlerContext()

@@ -14,7 +14,8 @@ import (
 //     Permanent one: final, terminated, after its dead letter was
 //     published if WithDeadLetter says where (final.go);
 //   - a failure once the stop cancelled the handler's ctx: caused by the
-//     stop, so not an attempt: handed back at once (republish.go).
+//     stop, so not an attempt: handed back (republish.go) with the queued
+//     messages, once the run's pulls have ended.
 //
 // An attempt is a delivery, but for the copies Run publishes of a message
 // to its own subject: a copy's attempts count on from those of the
@@ -32,19 +33,21 @@ func (r *run) settle(m *message, err error, stopped bool) {
 		return
 	}
 	stream, seq, delivery, _ := m.info()
-	attempt := m.attemptsBefore() + delivery
-	he := &HandlerError{Stream: stream, Sequence: seq, Delivery: attempt, Err: err}
+	attempt := m.attemptsUsed(delivery) + 1
 	permanent := isPermanent(err)
+	if d, ok := snoozed(err); ok && !permanent {
+		r.snooze(m, d, attempt-1, err)
+		return
+	}
+	he := &HandlerError{Stream: stream, Sequence: seq, Delivery: attempt, Err: err}
 	he.Stopped = !permanent && stopped
 	he.Final = !he.Stopped && (permanent || r.lastAttempt(attempt))
-	if he.Final && r.cfg.deadLetterJS != nil {
-		if m.hold() {
-			r.flow.released(m) // the handler settled m itself, then failed
-			r.report(he)
-			return
-		}
-		// The dead letter is published without the worker (final.go).
-		r.finish(m, attempt, err, he)
+	if he.Final {
+		r.settleFinal(m, attempt, err, he)
+		return
+	}
+	if he.Stopped {
+		r.cut(m, he)
 		return
 	}
 	defer r.report(he)
@@ -53,13 +56,55 @@ func (r *run) settle(m *message, err error, stopped bool) {
 		return // the handler settled m itself, then failed
 	}
 	switch {
-	case he.Final:
-		r.send(m, "term", termBody(finalReason(err, attempt)))
-	case he.Stopped:
-		r.giveBack(m)
+	case r.lastDelivery(delivery):
+		// Only a delayed copy gets here: its wait used a delivery that
+		// was no attempt, so Run's count has attempts left where the
+		// server has no delivery left, and a Nak would strand it.
+		r.retryLater(m, attempt, r.backoff(attempt))
 	default:
 		r.send(m, "nak", r.failedNak(attempt, delivery))
 	}
+}
+
+// settleFinal settles m, whose handler failed for good on attempt with
+// err: its dead letter published without the worker (final.go), then
+// terminated; or, without a dead-letter subject, terminated. Then the
+// error handler hears of he.
+func (r *run) settleFinal(m *message, attempt uint64, err error, he *HandlerError) {
+	if r.cfg.deadLetterJS != nil {
+		if m.hold() {
+			r.flow.released(m) // the handler settled m itself, then failed
+			r.report(he)
+			return
+		}
+		r.finish(m, attempt, err, he)
+		return
+	}
+	defer r.report(he)
+	defer r.flow.released(m)
+	if !m.close() {
+		r.send(m, "term", termBody(finalReason(err, attempt)))
+	}
+}
+
+// cut hands back m, whose handler failed because the stop cancelled its
+// ctx, as the stop hands back the queued messages: once the pulls the run
+// sent have ended. Handed back while one is open, m could be redelivered
+// straight into it, and handed back again: two deliveries for one stop,
+// or a second copy.
+func (r *run) cut(m *message, he *HandlerError) {
+	defer r.report(he)
+	if m.hold() {
+		r.flow.released(m) // the handler settled m itself, then failed
+		return
+	}
+	if r.flow.requeue(m) {
+		return // in the queue, with its progress, until the stop hands it back
+	}
+	// The stop has handed the queue back: its pulls have ended.
+	m.close()
+	r.giveBack(m)
+	r.flow.released(m)
 }
 
 // lastAttempt reports whether attempt is the consumer's last.
@@ -116,27 +161,37 @@ func (r *run) send(m *message, op string, body []byte) {
 }
 
 // failedNak returns the Nak of a message whose attempt failed, on the
-// server's delivery: at once if the backoff after attempt is not positive,
-// else after it. On a consumer with a BackOff, nats-server (2.15) counts a
-// Nak's delay from BackOff[0] (its AckWait) back, but against the BackOff
-// of the delivery, so that it redelivers BackOff[d-1] - BackOff[0] later
-// than asked: failedNak asks for that much less, which may be nothing or
-// less than nothing (the server takes a negative delay off its own).
+// server's delivery: at once if the backoff after attempt is not
+// positive, else after it.
 func (r *run) failedNak(attempt, delivery uint64) []byte {
+	return r.nakAfter(r.backoff(attempt), delivery)
+}
+
+// backoff returns the delay after a failure on attempt: WithBackoff's, else
+// the consumer's BackOff, else DefaultBackoff.
+func (r *run) backoff(attempt uint64) time.Duration {
 	backOff := *r.backOff.Load()
-	var d time.Duration
 	switch {
 	case r.cfg.backoff != nil:
-		d = r.cfg.backoff(attempt)
+		return r.cfg.backoff(attempt)
 	case len(backOff) > 0:
-		d = backOff[backOffIndex(attempt, len(backOff))]
-	default:
-		d = DefaultBackoff(attempt)
+		return backOff[backOffIndex(attempt, len(backOff))]
 	}
+	return DefaultBackoff(attempt)
+}
+
+// nakAfter returns the Nak that has the server redeliver a message d from
+// now, after its delivery numbered delivery; at once if d is not
+// positive. On a consumer with a BackOff, nats-server (2.15) counts a
+// Nak's delay from BackOff[0] (its AckWait) back, but against the BackOff
+// of the delivery, so that it redelivers BackOff[d-1] - BackOff[0] later
+// than asked: nakAfter asks for that much less, which may be nothing or
+// less than nothing (the server takes a negative delay off its own).
+func (r *run) nakAfter(d time.Duration, delivery uint64) []byte {
 	if d <= 0 {
 		return ackNak
 	}
-	if len(backOff) > 0 {
+	if backOff := *r.backOff.Load(); len(backOff) > 0 {
 		d -= backOff[backOffIndex(delivery, len(backOff))] - backOff[0]
 	}
 	return nakDelayBody(d)

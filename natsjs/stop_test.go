@@ -522,3 +522,110 @@ func TestAHandlerThatPanicsOrCallsGoexitDuringTheGracePeriodFailsAndRunStops(t *
 		})
 	}
 }
+
+// Issue 37's second failure: a handler the stop cut was handed back at
+// once, while the run's own pull was still open (a free worker keeps one
+// open): the server redelivered the message into it, and the stop handed
+// it back again. One stop cost two deliveries, which with MaxDeliver 2
+// outside a work queue left the job in its stream for good; in a work
+// queue it published a second copy. A cut handler's message is handed
+// back once the pulls have ended, as a queued one is.
+func TestAHandlerTheStopCutIsHandedBackOnceThePullsHaveEnded(t *testing.T) {
+	t.Parallel()
+	for _, workQueue := range []bool{false, true} {
+		name := "limits stream"
+		if workQueue {
+			name = "work queue"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const stops = 4
+			s := startServer(t)
+			_, js := connect(t, s)
+			cfg := jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}}
+			if workQueue {
+				cfg.Retention = jetstream.WorkQueuePolicy
+			}
+			st, err := js.CreateStream(context.Background(), cfg)
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+				Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 2,
+			})
+			require.NoError(t, err)
+
+			for round := range stops {
+				job := strconv.Itoa(round)
+				ack, err := js.Publish(context.Background(), "jobs."+job, []byte(job))
+				require.NoError(t, err)
+				// Two workers, one job: the free worker keeps a pull open
+				// while the handler runs.
+				started := make(chan struct{}, 2)
+				stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+					started <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				}, natsjs.WithGracePeriod(0))
+				recv(t, started, "the handler")
+				require.NoError(t, stopA(), "round %d: the stop could not hand the job back", round)
+				assert.Empty(t, started, "round %d: the job came back to the stopping Run", round)
+
+				if workQueue {
+					info, err := st.Info(context.Background())
+					require.NoError(t, err)
+					assert.Equal(t, ack.Sequence+1, info.State.LastSeq, "round %d: the stop published more than one copy", round)
+				}
+				// Another Run gets it, on an attempt of its own.
+				got := make(chan jetstream.Msg, 2)
+				stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+					got <- msg
+					return nil
+				})
+				select {
+				case msg := <-got:
+					assert.Equal(t, job, string(msg.Data()))
+				case <-time.After(soon):
+					info := consumerInfo(t, cons)
+					t.Fatalf("round %d: the job did not come back: %d delivered, %d ack pending, %d redelivered",
+						round, info.Delivered.Consumer, info.NumAckPending, info.NumRedelivered)
+				}
+				require.NoError(t, stopB())
+			}
+		})
+	}
+}
+
+// With key order, a message is a task of the pool and the flow pulls for
+// the pool's workers, so a pull is open while a handler runs: a handler
+// the stop cut is handed back once, after the pulls, as without keys.
+func TestAKeyedHandlerTheStopCutIsHandedBackOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	for round := range 3 {
+		ack, err := js.Publish(context.Background(), "jobs.k"+strconv.Itoa(round), []byte(strconv.Itoa(round)))
+		require.NoError(t, err)
+		started := make(chan struct{}, 2)
+		stopA := consuming(t, newPool(t, 4), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, natsjs.WithGracePeriod(0), natsjs.WithKey(subjectKey))
+		recv(t, started, "the handler")
+		require.NoError(t, stopA())
+		assert.Empty(t, started, "round %d: the job came back to the stopping Run", round)
+		info, err := st.Info(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, ack.Sequence+1, info.State.LastSeq, "round %d: the stop published more than one copy", round)
+		done := make(chan struct{}, 1)
+		stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+			done <- struct{}{}
+			return nil
+		})
+		recv(t, done, "the handed-back job")
+		eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+		require.NoError(t, stopB())
+	}
+}

@@ -1,0 +1,250 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A snoozeLog records, for one job, when each handler ran and what it
+// returned.
+type snoozeLog struct {
+	mu   sync.Mutex
+	runs []time.Time
+}
+
+func (l *snoozeLog) ran() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs = append(l.runs, time.Now())
+	return len(l.runs)
+}
+
+func (l *snoozeLog) times() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.runs...)
+}
+
+// In a work queue, a snooze is a delayed copy: the job comes back after
+// the delay and still has every attempt. With MaxDeliver 2, a job snoozed
+// twice, then failing once, then succeeding, is never dead-lettered; the
+// copy's last server delivery, which its wait made one short, is not
+// Nak'd into a stranding but copied again.
+func TestASnoozeInAWorkQueueComesBackAfterItsDelayAndUsesNoAttempt(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 2)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	publishJobs(t, js, 1)
+
+	var log snoozeLog
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		switch log.ran() {
+		case 1, 2:
+			return fmt.Errorf("not yet: %w", natsjs.Snooze(delay))
+		case 3:
+			return errors.New("a real failure")
+		}
+		return nil
+	}, natsjs.WithDeadLetter(js, "dead.jobs"), natsjs.WithBackoff(func(uint64) time.Duration { return 0 }), hook.option())
+	eventually(t, func() bool { return len(log.times()) == 4 && streamEmpty(js, "JOBS") }, "the job did not get its attempts")
+	require.NoError(t, stop())
+	runs := log.times()
+	for i := range 2 {
+		assert.GreaterOrEqual(t, runs[i+1].Sub(runs[i]), delay, "snooze %d came back early", i+1)
+	}
+	assert.Zero(t, streamMsgs(t, js, "DEAD"), "a snoozed job was dead-lettered")
+	hes := hook.handlerErrors()
+	require.Len(t, hes, 1, "a snooze was reported: %v", hook.all())
+	assert.Equal(t, uint64(1), hes[0].Delivery, "the snoozes used attempts")
+	assert.False(t, hes[0].Final)
+}
+
+// Outside a work queue a copy would reach every consumer: a snooze is a
+// Nak with the delay, which the server counts as a delivery, an attempt;
+// on the last delivery, where the server cannot delay the message, it is a
+// final failure, dead-lettered.
+func TestASnoozeOutsideAWorkQueueIsANakWithItsDelayAndFinalOnTheLastDelivery(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LOGS", Subjects: []string{"logs.>"}})
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "LOGS", jetstream.ConsumerConfig{
+		Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 2,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "logs.1", []byte("x"))
+	require.NoError(t, err)
+
+	var log snoozeLog
+	var hook hookLog
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		log.ran()
+		return natsjs.Snooze(delay)
+	}, natsjs.WithDeadLetter(js, "dead.logs"), hook.option())
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 }, "the snooze on the last delivery was not final")
+	require.NoError(t, stop())
+	runs := log.times()
+	require.Len(t, runs, 2)
+	assert.GreaterOrEqual(t, runs[1].Sub(runs[0]), delay, "the snooze came back early")
+	hes := hook.handlerErrors()
+	require.Len(t, hes, 1)
+	assert.True(t, hes[0].Final)
+	assert.Equal(t, uint64(2), hes[0].Delivery, "outside a work queue, a snooze uses an attempt")
+	dead, err := js.Stream(context.Background(), "DEAD")
+	require.NoError(t, err)
+	raw, err := dead.GetMsg(context.Background(), 1)
+	require.NoError(t, err)
+	assert.Contains(t, raw.Header.Get("Natsjs-Error"), "snoozed")
+}
+
+// A stop does not cut a snooze short: a handler that snoozes once the
+// stop cancelled its ctx has its message back after the delay, not at
+// once, and another process's handler runs it then.
+func TestASnoozeDuringTheStopIsKept(t *testing.T) {
+	t.Parallel()
+	const delay = 500 * time.Millisecond
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	publishJobs(t, js, 1)
+
+	started := make(chan struct{}, 1)
+	var snoozed atomic.Int64 // when the handler snoozed, in Unix nanoseconds
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		snoozed.Store(time.Now().UnixNano())
+		return natsjs.Snooze(delay)
+	}, natsjs.WithGracePeriod(0))
+	recv(t, started, "the handler")
+	require.NoError(t, stopA())
+	got := make(chan time.Duration, 1)
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		got <- time.Since(time.Unix(0, snoozed.Load()))
+		assert.Equal(t, "0", msg.Headers().Get("Natsjs-Attempts"))
+		return nil
+	})
+	assert.GreaterOrEqual(t, recv(t, got, "the snoozed job"), delay, "the stop cut the snooze short")
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "jobs left")
+	require.NoError(t, stopB())
+}
+
+// A snooze meets a per-subject limit: v1 snoozes after v2 was stored,
+// which pushed v1 out of the stream; the snooze's copy would push v2 out.
+// v1 is superseded; v2 runs.
+func TestASnoozeOfAMessageANewerOnePushedOutIsSuperseded(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+
+	ta := newTally()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var hook hookLog
+	stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if string(msg.Data()) == "v1" {
+			started <- struct{}{}
+			<-release
+			return natsjs.Snooze(100 * time.Millisecond)
+		}
+		return nil
+	}, hook.option())
+	recv(t, started, "v1's handler")
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v2"))
+	require.NoError(t, err)
+	close(release)
+	eventually(t, func() bool { return ta.snapshot()["v2"] == 1 && streamEmpty(js, "JOBS") }, "v2 was not handled")
+	require.NoError(t, stop())
+	assert.Equal(t, map[string]int{"v1": 1, "v2": 1}, ta.snapshot(), "the stale v1 ran again")
+	var superseded bool
+	for _, e := range hook.all() {
+		superseded = superseded || errors.Is(e, natsjs.ErrSuperseded)
+	}
+	assert.True(t, superseded, "the error handler was not told")
+}
+
+// A snooze meets a consumer BackOff, whose Nak delays nats-server counts
+// oddly: the copy's wait still lasts the snooze, not the BackOff. With
+// MaxDeliver 1 in a work queue, where a copy's only delivery would be its
+// wait, a snooze is a final failure.
+func TestASnoozeMeetsTheConsumersBackOffAndMaxDeliver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		maxDeliver int
+		backOff    []time.Duration
+	}{
+		{"BackOff", 3, []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second}},
+		{"MaxDeliver 1", 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const delay = 300 * time.Millisecond
+			s := startServer(t)
+			_, js := connect(t, s)
+			_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy})
+			require.NoError(t, err)
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+				Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: tc.maxDeliver, BackOff: tc.backOff,
+			})
+			require.NoError(t, err)
+			publishJobs(t, js, 1)
+			var log snoozeLog
+			var hook hookLog
+			stop := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				if log.ran() == 1 {
+					return natsjs.Snooze(delay)
+				}
+				return nil
+			}, natsjs.WithDeadLetter(js, "dead.jobs"), hook.option())
+			if tc.maxDeliver == 1 {
+				eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") }, "not final")
+				require.NoError(t, stop())
+				hes := hook.handlerErrors()
+				require.Len(t, hes, 1)
+				assert.True(t, hes[0].Final)
+				assert.Len(t, log.times(), 1)
+				return
+			}
+			eventually(t, func() bool { return len(log.times()) == 2 && streamEmpty(js, "JOBS") }, "the snoozed job did not come back")
+			require.NoError(t, stop())
+			runs := log.times()
+			gap := runs[1].Sub(runs[0])
+			assert.GreaterOrEqual(t, gap, delay)
+			assert.Less(t, gap, tc.backOff[0], "the wait lasted the consumer's BackOff, not the snooze")
+			assert.Empty(t, hook.all())
+		})
+	}
+}
