@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -637,4 +639,217 @@ func ExampleMapSeq() {
 	// 1: "worker" has 6 letters
 	// 2: empty word
 	// 3: "queue" has 5 letters
+}
+
+// ---------------------------------------------------------------------------
+// Attacks: the promises again, from angles the tests above do not take.
+
+// A loop blocked waiting for room in a full queue, when ctx ends: no hang,
+// nothing runs in the caller, and every item yields ctx's cause.
+func TestMapSeqBlockedOnAFullQueueGivesUpWhenCtxIsDone(t *testing.T) {
+	for _, o := range []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns} {
+		t.Run(o.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(o))
+				defer p.Stop()
+				release := hold(t, p, 1)                // the worker is busy
+				require.NoError(t, p.Submit(func() {})) // the queue is full
+				ctx, cancel := context.WithTimeoutCause(context.Background(), time.Second, io.ErrNoProgress)
+				defer cancel()
+				got := collect(workerpool.MapSeq(ctx, p, upTo(5), func(context.Context, int) (int, error) {
+					t.Error("an item ran")
+					return 0, nil
+				}))
+				assert.Equal(t, slicesRepeat(pair[int]{0, io.ErrNoProgress}, 5), got)
+				release()
+				p.StopWait()
+				s := p.Status()
+				assert.Equal(t, uint64(2), s.Submitted, "no item was accepted")
+				assert.Zero(t, s.Rejected)
+			})
+		})
+	}
+}
+
+// slicesRepeat returns n copies of v.
+func slicesRepeat[V any](v V, n int) []V {
+	out := make([]V, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// A paused pool holds the window; ctx's end takes it back at once, and the
+// loop returns without waiting for the pause to end.
+func TestMapSeqOnAPausedPoolReturnsWhenCtxIsDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		pause, resume := context.WithCancel(context.Background())
+		defer resume()
+		p.Pause(pause)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		got := collect(workerpool.MapSeq(ctx, p, upTo(10), func(context.Context, int) (int, error) {
+			t.Error("an item ran while paused")
+			return 0, nil
+		}))
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, slicesRepeat(pair[int]{0, context.DeadlineExceeded}, 10), got)
+		s := p.Status()
+		assert.Equal(t, uint64(4), s.Canceled, "the window of 4 left the queue")
+		assert.Equal(t, workerpool.Paused, s.State)
+	})
+}
+
+// iter.Pull, stopped after two pairs: stop cancels the rest and waits for
+// the running fn, as a break does.
+func TestMapSeqPulledAndStoppedWaitsForTheRunningFn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		var running atomic.Int64
+		next, stop := iter.Pull2(workerpool.MapSeq(context.Background(), p, upTo(50), func(ctx context.Context, i int) (int, error) {
+			running.Add(1)
+			defer running.Add(-1)
+			if i >= 2 {
+				<-ctx.Done()
+				time.Sleep(time.Second) // stop still waits
+			}
+			return i, nil
+		}))
+		for want := range 2 {
+			v, err, ok := next()
+			require.True(t, ok)
+			assert.Equal(t, pair[int]{want, nil}, pair[int]{v, err})
+		}
+		synctest.Wait() // items 2 and 3 run
+		require.Equal(t, int64(2), running.Load())
+		stop()
+		assert.Zero(t, running.Load(), "stop returned while an fn ran")
+		_, _, ok := next()
+		assert.False(t, ok)
+	})
+}
+
+// A sub-pool stopped by another goroutine while the loop waits for a
+// running item: the running one yields its result, the rest ErrStopped,
+// and the pool's other work goes on.
+func TestMapSeqOnASubpoolStoppedByAnotherGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(4)
+		defer p.Stop()
+		sub := p.Subpool("batch", 1)
+		go func() {
+			time.Sleep(1500 * time.Millisecond) // while item 1 runs
+			sub.Stop()
+		}()
+		got := collect(workerpool.MapSeq(context.Background(), sub, upTo(6), func(_ context.Context, i int) (int, error) {
+			time.Sleep(time.Second)
+			return i, nil
+		}))
+		want := []pair[int]{{0, nil}, {1, nil}}
+		want = append(want, slicesRepeat(pair[int]{0, workerpool.ErrStopped}, 4)...)
+		assert.Equal(t, want, got)
+		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+	})
+}
+
+// Many loops at once on one pool with a bounded queue, on the real clock:
+// some break at a random pair, some have their ctx cancelled at a random
+// instant, a sub-pool or the pool may stop under them. Every pair is one
+// the promises allow, a loop that is not broken sees every pair, no fn runs
+// after its loop, and the pool's counts balance at the end.
+func TestMapSeqHoldsItsPromisesUnderConcurrentBreaksCancelsAndStops(t *testing.T) {
+	errOdd := errors.New("odd item")
+	for round := range rounds(48) {
+		o := []workerpool.Overflow{workerpool.Block, workerpool.Reject, workerpool.CallerRuns}[round%3]
+		p := workerpool.New(3, workerpool.WithMaxWaiting(4), workerpool.WithOverflow(o), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+		sub := p.Subpool("sub", 2)
+		var stopped, subStopped atomic.Bool
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Go(func() {
+				var s workerpool.Submitter = p
+				if g%2 == 1 {
+					s = sub
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if g%3 == 0 {
+					time.AfterFunc(time.Duration(rand.IntN(300))*time.Microsecond, cancel)
+				}
+				breakAt := -1
+				if g%3 == 1 {
+					breakAt = rand.IntN(40)
+				}
+				var running atomic.Int64
+				var over atomic.Bool
+				n := 40
+				k := 0
+				for v, err := range workerpool.MapSeq(ctx, s, upTo(n), func(_ context.Context, i int) (int, error) {
+					running.Add(1)
+					defer running.Add(-1)
+					if over.Load() {
+						t.Errorf("round %d loop %d: item %d ran after its loop", round, g, i)
+					}
+					switch {
+					case i%7 == 3:
+						panic(i)
+					case i%11 == 5:
+						return 0, errOdd
+					case i%13 == 8:
+						runtime.Goexit()
+					}
+					for range i % 4 {
+						runtime.Gosched()
+					}
+					return i, nil
+				}) {
+					var pe *workerpool.PanicError
+					switch {
+					case err == nil && k%13 == 8:
+						assert.Zero(t, v, "item %d called Goexit", k)
+					case err == nil:
+						assert.Equal(t, k, v)
+					case errors.As(err, &pe):
+						assert.Equal(t, 3, k%7, "item %d", k)
+						assert.Equal(t, k, pe.Value)
+					case err == errOdd:
+						assert.Equal(t, 5, k%11, "item %d", k)
+					case err == context.Canceled:
+						assert.Error(t, ctx.Err(), "item %d: Canceled while ctx is not done", k)
+					case err == workerpool.ErrStopped:
+						assert.True(t, stopped.Load() || s == sub && subStopped.Load(), "item %d: ErrStopped with no stop", k)
+					default:
+						t.Errorf("item %d: unexpected pair (%v, %v)", k, v, err)
+					}
+					k++
+					if k == breakAt {
+						break
+					}
+				}
+				over.Store(true)
+				assert.Zero(t, running.Load(), "round %d loop %d returned while an fn ran", round, g)
+				if breakAt < 0 {
+					assert.Equal(t, n, k, "round %d loop %d: one pair per item", round, g)
+				}
+			})
+		}
+		switch round % 4 {
+		case 1:
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+			subStopped.Store(true)
+			sub.Stop()
+		case 2:
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+			stopped.Store(true)
+			p.Stop()
+		}
+		wg.Wait()
+		p.StopWait()
+		assertBalanced(t, p.Status())
+	}
 }
