@@ -177,17 +177,22 @@ func (m *seqRun[T, R]) run(yield func(R, error) bool) {
 			m.endEarly()
 		}
 	}()
+	// On a bounded queue a submission may wait for room, for as long as
+	// the pool's tasks take to end: an item that has ended meanwhile would
+	// wait with it. So there the loop takes the ends that came before each
+	// submission, and yields the next pair first if it is ready.
+	bounded := m.p.cfg.maxWaiting > 0
 	for y := range n {
 		for m.next < n && m.next-y < len(m.slots) {
+			if bounded && m.next > y && m.takeEnded(y) {
+				break
+			}
 			m.submit()
 		}
 		for !m.ready(y) {
 			select {
 			case i := <-m.ended:
-				// A worker ran item i, or a stop dropped it.
-				m.mu.Lock()
-				m.slot(i).state = slotReady
-				m.mu.Unlock()
+				m.noteEnded(i)
 			case <-done:
 				// Give up on the items not started, then wait for the
 				// others.
@@ -206,6 +211,27 @@ func (m *seqRun[T, R]) run(yield func(R, error) bool) {
 		}
 	}
 	finished = true
+}
+
+// takeEnded takes the ends that came, without waiting, and reports
+// whether item i's pair is ready.
+func (m *seqRun[T, R]) takeEnded(i int) bool {
+	for {
+		select {
+		case j := <-m.ended:
+			m.noteEnded(j)
+		default:
+			return m.ready(i)
+		}
+	}
+}
+
+// noteEnded marks item i's pair ready: a worker ran it, or a stop dropped
+// it, and its end came on m.ended.
+func (m *seqRun[T, R]) noteEnded(i int) {
+	m.mu.Lock()
+	m.slot(i).state = slotReady
+	m.mu.Unlock()
 }
 
 // ready reports whether item i's pair is ready.

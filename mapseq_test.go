@@ -853,3 +853,24 @@ func TestMapSeqHoldsItsPromisesUnderConcurrentBreaksCancelsAndStops(t *testing.T
 		assertBalanced(t, p.Status())
 	}
 }
+
+// On a full bounded queue, the loop waits for room to submit its next
+// item; an item that has ended meanwhile is yielded first, not once
+// another task frees room.
+func TestMapSeqYieldsAnEndedItemBeforeWaitingForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithMaxWaiting(1))
+		defer p.Stop()
+		release := hold(t, p, 1) // one worker is busy for the whole test
+		defer release()
+		start := time.Now()
+		for i, err := range workerpool.MapSeq(context.Background(), p, upTo(6), func(_ context.Context, i int) (int, error) {
+			time.Sleep(time.Second)
+			return i, nil
+		}, workerpool.WithWindow(4)) {
+			require.NoError(t, err)
+			// Item i runs from i to i+1 seconds on the one free worker.
+			assert.Equal(t, time.Duration(i+1)*time.Second, time.Since(start), "pair %d", i)
+		}
+	})
+}
