@@ -11,6 +11,9 @@ const mapWindow = 2
 // order of items. fn gets a context that is cancelled when an item fails
 // (returns an error or panics) or when ctx is done.
 //
+// Map fails fast: the first failure costs every result. To keep every
+// result and every error, one pair per item, range over [MapSeq] instead.
+//
 // Map feeds items to the pool rather than submitting them all at once: it
 // keeps at most twice as many items submitted and not yet finished as s
 // may run at once when Map is called (the pool's [Pool.Size], or the

@@ -78,9 +78,10 @@ type Status struct {
 	// because of [Pool.Stop], [Subpool.Stop] or an expired [Pool.Shutdown].
 	Rejected, Abandoned uint64
 	// Canceled counts accepted tasks that never started because their
-	// submitters gave up on them first: a [Call] whose context was done, or
-	// the tasks of a [Group] or a [Map] whose context was done. They left
-	// the queue at once.
+	// submitters gave up on them first: a [Call] whose context was done,
+	// the tasks of a [Group] or a [Map] whose context was done, or the
+	// items of a [MapSeq] whose loop ended early or whose context was done.
+	// They left the queue at once.
 	Canceled uint64
 	// Timed says whether the pool times its tasks: whether it was made
 	// with [WithTaskTimings] (or [WithTaskObserver]). Wait and Run then sum
