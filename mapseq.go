@@ -96,7 +96,7 @@ func (m *seqRun[T, R]) all(yield func(R, error) bool) {
 	if w == 0 {
 		w = mapWindow * window(m.s)
 	}
-	m.p, _ = m.s.target()
+	m.st, _ = m.s.target()
 	m.tasks = make([]seqTask[T, R], len(m.items))
 	m.slots = make([]seqSlot[R], min(w, len(m.items)))
 	m.ended = make(chan int, len(m.slots))
@@ -123,7 +123,7 @@ type seqRun[T, R any] struct {
 	ranged atomic.Bool // the loop has begun
 
 	s      Submitter
-	p      *Pool
+	st     *state
 	parent context.Context // MapSeq's ctx
 	ctx    context.Context // fn's: parent, cancelled too when the loop ends
 	cancel context.CancelFunc
@@ -181,7 +181,7 @@ func (m *seqRun[T, R]) run(yield func(R, error) bool) {
 	// the pool's tasks take to end: an item that has ended meanwhile would
 	// wait with it. So there the loop takes the ends that came before each
 	// submission, and yields the next pair first if it is ready.
-	bounded := m.p.cfg.maxWaiting > 0
+	bounded := m.st.cfg.maxWaiting > 0
 	for y := range n {
 		for m.next < n && m.next-y < len(m.slots) {
 			if bounded && m.next > y && m.takeEnded(y) {
@@ -310,7 +310,7 @@ func (m *seqRun[T, R]) close() {
 // in it (or, if not yet marked, go in it), to be waited for.
 func (m *seqRun[T, R]) giveUpLocked(ws []cancelable) {
 	if len(ws) > 0 {
-		m.p.giveUp(m.s, ws)
+		m.st.giveUp(m.s, ws)
 	}
 	for _, w := range ws {
 		t := w.(*seqTask[T, R])

@@ -414,7 +414,8 @@ func TestMapSeqYieldsErrStoppedForTheItemsAStopDropped(t *testing.T) {
 			assert.Equal(t, pair[int]{0, nil}, got[0])
 			assert.Equal(t, pair[int]{1, nil}, got[1], "the running item finished")
 			for i := 2; i < 50; i++ {
-				assert.Equal(t, pair[int]{0, workerpool.ErrStopped}, got[i], "item %d", i)
+				assert.Zero(t, got[i].val, "item %d", i)
+			assert.ErrorIs(t, got[i].err, workerpool.ErrStopped, "item %d", i)
 			}
 			assert.Equal(t, int64(2), calls.Load())
 			assert.Equal(t, uint64(2), p.Status().Abandoned, "the queued items dropped")
@@ -460,7 +461,8 @@ func TestMapSeqOnASubpoolKeepsItsLimitAndStopsWithIt(t *testing.T) {
 				ran++ // ran before the stop: the window's running items
 				continue
 			}
-			assert.Equal(t, pair[int]{0, workerpool.ErrStopped}, got[i], "item %d", i)
+			assert.Zero(t, got[i].val, "item %d", i)
+			assert.ErrorIs(t, got[i].err, workerpool.ErrStopped, "item %d", i)
 		}
 		assert.LessOrEqual(t, ran, 4)
 		assert.Equal(t, workerpool.Running, p.Status().State)
@@ -821,7 +823,7 @@ func TestMapSeqHoldsItsPromisesUnderConcurrentBreaksCancelsAndStops(t *testing.T
 						assert.Equal(t, 5, k%11, "item %d", k)
 					case err == context.Canceled:
 						assert.Error(t, ctx.Err(), "item %d: Canceled while ctx is not done", k)
-					case err == workerpool.ErrStopped:
+					case errors.Is(err, workerpool.ErrStopped):
 						assert.True(t, stopped.Load() || s == sub && subStopped.Load(), "item %d: ErrStopped with no stop", k)
 					default:
 						t.Errorf("item %d: unexpected pair (%v, %v)", k, v, err)
