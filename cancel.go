@@ -1,7 +1,5 @@
 package workerpool
 
-import "sync/atomic"
-
 // Giving up. A Call whose context is done before its fn starts, and the
 // tasks of a Group or a Map whose context is done, leave the queue at once:
 // they never run, and a bounded queue has room again. Their submitter first
@@ -17,24 +15,6 @@ import "sync/atomic"
 // there. So when the request is answered the task is counted, and the
 // loop, which learns of every task it accepted before it finishes, has
 // counted them all when it does.
-
-// A cancelable is a waiter whose submitter may give up on it before it
-// starts.
-type cancelable interface {
-	waiter
-	giveUp() bool
-	spot() *queueSpot
-}
-
-// A queueSpot is where a cancelable task waits: its queue and its seq,
-// which the loop records when it accepts the task and reads when the
-// submitter gives up on it; and whether the task is counted Canceled,
-// which whoever counts it sets first.
-type queueSpot struct {
-	queue   *queue
-	seq     uint64
-	counted atomic.Bool
-}
 
 // giveUp takes back the tasks in ws, submitted to s, that the pool has not
 // taken, and has the loop remove them from the queue and count them

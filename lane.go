@@ -1,7 +1,6 @@
 package workerpool
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -32,31 +31,8 @@ type lane struct {
 	timings taskTimings // with WithTaskTimings
 }
 
-// errStopped returns the error of a submission to the lane's sub-pool
-// once it is stopping: ErrStopped, naming the sub-pool.
-func (l *lane) errStopped() error { return subpoolStopped{l.sub.name} }
-
-// A subpoolStopped is ErrStopped for a sub-pool stopped alone: its message
-// names the sub-pool, and errors.Is finds ErrStopped in it.
-type subpoolStopped struct{ name string }
-
-func (e subpoolStopped) Error() string {
-	return fmt.Sprintf("workerpool: sub-pool %q is stopped", e.name)
-}
-func (e subpoolStopped) Is(target error) bool { return target == ErrStopped }
-
 // laneOf returns the lane of e's queue, or nil for the pool's own queue.
 func laneOf(e *entry) *lane { return laneOfQueue(e.Queue) }
-
-// laneOf returns the lane of e's queue, or nil for the pool's own queue,
-// which it tells by its pointer, reading nothing of the queue: workers ask
-// for every task.
-func (s *state) laneOf(e *entry) *lane {
-	if e.Queue == s.own {
-		return nil
-	}
-	return laneOfQueue(e.Queue)
-}
 
 // laneOfQueue returns the lane of queue q, or nil for the pool's own
 // queue (or none: a task run in its submitter has no queue).
@@ -103,3 +79,8 @@ func (l *lane) waiting(bound int) int {
 	}
 	return max(n, 0)
 }
+
+// cacheLine is the size of a cache line on the machines Go mostly runs on:
+// fields written by different goroutines, each on a line of its own, do
+// not slow each other down.
+const cacheLine = 64

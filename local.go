@@ -2,7 +2,6 @@ package workerpool
 
 import (
 	"context"
-	"runtime/debug"
 	"sync/atomic"
 )
 
@@ -159,24 +158,4 @@ func CallWith[S, T any](ctx context.Context, s Submitter, x *Local[S], fn func(c
 		return fn(ctx, st)
 	}
 	return call(ctx, s, c)
-}
-
-// closeLocals closes worker w's states, each once: it takes a state off
-// the worker before it closes it, so that a close that calls Goexit, or
-// whose panic's handler does, leaves the others to be closed, and that one
-// closed. A panic of close goes to the panic handler.
-func (s *state) closeLocals(w *worker) {
-	for len(w.locals.values) > 0 {
-		v := w.locals.values[0]
-		w.locals.values = w.locals.values[1:]
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					s.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
-				}
-			}()
-			v.close(v.value)
-		}()
-	}
-	w.locals.values = nil
 }

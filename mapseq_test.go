@@ -415,7 +415,7 @@ func TestMapSeqYieldsErrStoppedForTheItemsAStopDropped(t *testing.T) {
 			assert.Equal(t, pair[int]{1, nil}, got[1], "the running item finished")
 			for i := 2; i < 50; i++ {
 				assert.Zero(t, got[i].val, "item %d", i)
-			assert.ErrorIs(t, got[i].err, workerpool.ErrStopped, "item %d", i)
+				assert.ErrorIs(t, got[i].err, workerpool.ErrStopped, "item %d", i)
 			}
 			assert.Equal(t, int64(2), calls.Load())
 			assert.Equal(t, uint64(2), p.Status().Abandoned, "the queued items dropped")

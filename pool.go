@@ -394,3 +394,17 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	}
 	return s.claimAbandoned(), err
 }
+
+// Status returns a snapshot of the pool's state and counters. It reads
+// atomics only and never waits for the loop, so it can be called from a
+// monitoring loop or from inside a task. It costs a read of each worker's
+// record: a few nanoseconds a worker.
+func (p *Pool) Status() Status { return p.s.status() }
+
+// mustContext panics, naming the function fn, if ctx is nil, as the
+// context package does for a nil parent: "Do not pass a nil Context".
+func mustContext(fn string, ctx context.Context) {
+	if ctx == nil {
+		panic("workerpool: " + fn + ": nil context")
+	}
+}

@@ -2,6 +2,8 @@ package workerpool
 
 import (
 	"context"
+	"math/rand/v2"
+	"sync"
 	"time"
 
 	"sync/atomic"
@@ -174,3 +176,288 @@ func (s *state) closeExited() {
 // now returns the pool's clock: the time since it was made, plus one, so
 // that 0 can mean "not timed" in entry.Accepted.
 func (s *state) now() int64 { return int64(time.Since(s.epoch)) + 1 }
+
+// status returns a snapshot of the pool's state and counters, for
+// Pool.Status.
+func (s *state) status() Status {
+	st := &s.stats
+	// Read the panics before the tasks that include them, the tasks before
+	// the submissions that include them, and each gauge before its peak, so
+	// that every part is at most the whole it belongs to.
+	panicked := st.panicked.Load()
+	callerRan := st.callerRan.Load()
+	inHand := st.inHand.Load()
+	c := s.workersAndTasks()
+	waiting := s.waiting(inHand, c)
+	return Status{
+		State:       State(st.state.Load()),
+		MaxWorkers:  int(st.maxWorkers.Load()),
+		MinWorkers:  s.cfg.minWorkers,
+		Workers:     c.workers,
+		Busy:        c.busy,
+		Idle:        c.workers - c.busy,
+		Waiting:     waiting,
+		PeakWorkers: max(s.hand.PeakWorkers(), c.workers),
+		PeakWaiting: st.peakAtLeast(waiting),
+		Submitted:   st.submitted.Load() + st.callerSubmitted.Load(),
+		Completed:   c.done + callerRan,
+		Panicked:    panicked,
+		Rejected:    st.rejected.Load(),
+		Abandoned:   st.abandoned.Load(),
+		Canceled:    st.canceled.Load(),
+		Timed:       s.cfg.timings,
+		Wait:        s.timings.wait.snapshot(),
+		Run:         s.timings.run.snapshot(),
+	}
+}
+
+// waiting returns the tasks waiting for a worker, as of inHand (see
+// stats.inHand) and the workers' counts c, read after it: the tasks in the
+// loop's hands that no worker has received. Counts read later only grow,
+// so a task that moves meanwhile is counted at most once, and the
+// difference is held at 0. The sum is held to the bound, which the tasks
+// waiting never exceed.
+func (s *state) waiting(inHand uint64, c workerCounts) int {
+	n := 0
+	if received := c.received(); inHand > received {
+		n = int(inHand - received)
+	}
+	if bound := s.cfg.maxWaiting; bound > 0 {
+		n = min(n, bound)
+	}
+	return n
+}
+
+// peakAtLeast records n as PeakWaiting if it is higher, and returns
+// PeakWaiting. The loop records the peaks it sees; tasks that workers take
+// from the outbox meanwhile may make Status see others.
+func (s *stats) peakAtLeast(n int) int { return int(raise(&s.peakWaiting, int64(n))) }
+
+// stats holds what Status reports but the workers' counts. The loop is the
+// only writer of the fields up to the padding, but for peakWaiting, which
+// Status raises too; it publishes them with Store so that Status never
+// waits for it. The fields after the padding are added to by submitters
+// and workers.
+type stats struct {
+	state      atomic.Int32
+	maxWorkers atomic.Int64
+	// inHand counts the tasks waiting in the scheduler plus every task the
+	// loop handed out, less those it took back: those it holds, or that
+	// workers received or will. A task moving between the two leaves the
+	// sum as it is.
+	inHand      atomic.Uint64
+	peakWaiting atomic.Int64
+	submitted   atomic.Uint64 // tasks the loop accepted
+	abandoned   atomic.Uint64
+
+	_ [cacheLine]byte // the loop's fields above, the others' below
+
+	panicked        atomic.Uint64
+	rejected        atomic.Uint64
+	callerSubmitted atomic.Uint64 // tasks CallerRuns accepted and ran in a submitter
+	callerRan       atomic.Uint64 // of them, those that ended
+	canceled        atomic.Uint64 // tasks their submitters gave up on
+}
+
+// workerCounts are the workers' counts at one instant: how many there
+// are, how many of them are busy, how many tasks they finished and how
+// many they skipped, their submitters having given up on them.
+type workerCounts struct {
+	workers, busy int
+	done, skipped uint64
+}
+
+// received returns how many tasks the workers received.
+func (c workerCounts) received() uint64 { return c.done + c.skipped + uint64(c.busy) }
+
+// workersAndTasks returns the workers' counts. Busy is read from the same
+// workers as the count: the count did not change while they were read, and
+// a busy worker is always counted, so busy <= workers.
+func (s *state) workersAndTasks() workerCounts {
+	for try := 1; ; try++ {
+		_, before := s.hand.Workers()
+		c := s.crew.counts()
+		n, after := s.hand.Workers()
+		c.workers = n
+		if after == before {
+			c.busy = min(c.busy, c.workers)
+			return c
+		}
+		// A worker started or left meanwhile: look again. Workers start
+		// and leave seldom compared with a read of the crew, but should
+		// they never stop, the bound still holds.
+		if try == 8 {
+			c.busy = min(c.busy, c.workers)
+			return c
+		}
+	}
+}
+
+// onWay counts the submitters on their way to the loop, on several
+// counters, each on its cache line: one shared counter, which every
+// submitter writes twice per task, would have them wait for each other's
+// writes. A submitter picks one at random; the loop adds them up,
+// only once the pool is stopping.
+type onWay struct {
+	counts [onWayCounts]struct {
+		n atomic.Int64
+		_ [cacheLine - 8]byte
+	}
+}
+
+// onWayCounts is how many counters onWay keeps: enough that a few busy
+// submitters seldom share one.
+const onWayCounts = 8
+
+// enter counts a submitter on its way, and returns the counter it must
+// leave.
+func (o *onWay) enter() *atomic.Int64 {
+	c := &o.counts[rand.Uint32()%onWayCounts].n
+	c.Add(1)
+	return c
+}
+
+// empty reports whether no submitter is on its way. Read after closed is
+// set, it is exact: a submitter that counts itself after its counter was
+// read sees closed, and leaves without sending.
+func (o *onWay) empty() bool {
+	for i := range o.counts {
+		if o.counts[i].n.Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// A worker is the record of one worker: its seat in the hand-off, and the
+// counts Status sums. Only the worker's own goroutine writes its counts,
+// with plain stores: no two goroutines contend for them, and a task costs
+// no atomic read-modify-write.
+type worker struct {
+	seat handoff.Seat[entry]
+	// phase is done<<1 | busy: the tasks the worker finished, and whether
+	// it holds one now. It only grows: taking a task sets busy, and
+	// counting it done (phase+1) clears busy and adds one to done. Status
+	// reads Busy and Completed from this one word, so they agree.
+	phase atomic.Uint64
+	// skipped counts the tasks the worker received but did not run,
+	// because their submitters gave up on them first.
+	skipped atomic.Uint64
+	// goid is the number of the worker's goroutine, once the worker knows
+	// it: it reads it before it first runs a task of a sub-pool or with a
+	// key, and as its goroutine starts again after a Goexit, so that a
+	// stop from such a task can find the worker, and its task (current),
+	// to lend their places (see caller).
+	goid    atomic.Uint64
+	current *entry
+	// locals holds the worker's states of Locals, and leaving says that
+	// it is exiting for good (see exit); only its goroutine touches them.
+	locals  locals
+	leaving bool
+	// gone says that the worker has exited; guarded by crew.mu.
+	gone bool
+	// Each worker's record on its own cache line: workers write theirs on
+	// every task, and would otherwise slow each other down.
+	_ [cacheLine]byte
+}
+
+// A crew lists the workers, for Status to sum their counts and for a stop
+// from inside to find its worker. The loop adds a worker as it starts it;
+// a worker takes itself off as it exits. Status reads the list without the
+// lock: each change publishes a new view, and a view's slice is never
+// written again.
+type crew struct {
+	mu   sync.Mutex
+	all  []*worker // guarded by mu: workers started and not yet dropped
+	gone int       // guarded by mu: of them, those that have exited
+	// done and skipped sum what the dropped workers did; guarded by mu.
+	done, skipped uint64
+	view          atomic.Pointer[crewView]
+}
+
+// A crewView is the crew as Status sees it.
+type crewView struct {
+	workers       []*worker
+	done, skipped uint64
+}
+
+// join lists w, a worker about to start.
+func (c *crew) join(w *worker) {
+	c.mu.Lock()
+	c.all = append(c.all, w)
+	c.publish()
+	c.mu.Unlock()
+}
+
+// leave marks w exited, and once most of the list has, drops them, keeping
+// what they did.
+func (c *crew) leave(w *worker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.gone = true
+	if c.gone++; c.gone <= len(c.all)/2 {
+		return
+	}
+	live := make([]*worker, 0, len(c.all)-c.gone) // a new array: Status may be reading the old one
+	for _, x := range c.all {
+		if x.gone {
+			c.done += x.phase.Load() >> 1
+			c.skipped += x.skipped.Load()
+		} else {
+			live = append(live, x)
+		}
+	}
+	c.all, c.gone = live, 0
+	c.publish()
+}
+
+func (c *crew) publish() {
+	c.view.Store(&crewView{workers: c.all, done: c.done, skipped: c.skipped})
+}
+
+// counts sums the workers' counts, but for the number of workers, which
+// the hand-off keeps.
+func (c *crew) counts() workerCounts {
+	v := c.view.Load()
+	if v == nil {
+		return workerCounts{}
+	}
+	n := workerCounts{done: v.done, skipped: v.skipped}
+	for _, w := range v.workers {
+		phase := w.phase.Load()
+		n.busy += int(phase & 1)
+		n.done += phase >> 1
+		n.skipped += w.skipped.Load()
+	}
+	return n
+}
+
+// find returns the worker whose goroutine is numbered id, if it knows it.
+func (c *crew) find(id uint64) *worker {
+	if v := c.view.Load(); v != nil {
+		for _, w := range v.workers {
+			if w.goid.Load() == id {
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// A caller is what its stack trace says of the goroutine that calls a
+// stop.
+type caller struct {
+	id, by  uint64 // its number, and that of the goroutine that started it
+	started bool   // startWorker or startExit started it
+	leaving bool   // it is in closeLocals: its worker is exiting, counted out already
+}
+
+// laneOf returns the lane of e's queue, or nil for the pool's own queue,
+// which it tells by its pointer, reading nothing of the queue: workers ask
+// for every task.
+func (s *state) laneOf(e *entry) *lane {
+	if e.Queue == s.own {
+		return nil
+	}
+	return laneOfQueue(e.Queue)
+}

@@ -3,7 +3,6 @@ package workerpool
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -23,25 +22,6 @@ type Submitter interface {
 }
 
 func (p *Pool) target() (*state, *lane) { return p.s, nil }
-
-// mustTarget returns s.target(), and panics, naming the function fn, if s
-// is nil: a nil interface, or a nil *Pool or *Subpool in one. A nil
-// Submitter is a programming error, which would otherwise show as a nil
-// dereference, sometimes on a worker, far from its cause.
-func mustTarget(fn string, s Submitter) (*state, *lane) {
-	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
-		panic("workerpool: " + fn + ": nil Submitter")
-	}
-	return s.target()
-}
-
-// mustContext panics, naming the function fn, if ctx is nil, as the
-// context package does for a nil parent: "Do not pass a nil Context".
-func mustContext(fn string, ctx context.Context) {
-	if ctx == nil {
-		panic("workerpool: " + fn + ": nil context")
-	}
-}
 
 // Submit queues task to run on a worker and returns without waiting for it.
 // Tasks are handed to workers in the order the pool accepted them; with
@@ -279,42 +259,6 @@ func (s *state) leave(c *atomic.Int64) {
 	}
 }
 
-// onWay counts the submitters on their way to the loop, on several
-// counters, each on its cache line: one shared counter, which every
-// submitter writes twice per task, would have them wait for each other's
-// writes. A submitter picks one at random; the loop adds them up,
-// only once the pool is stopping.
-type onWay struct {
-	counts [onWayCounts]struct {
-		n atomic.Int64
-		_ [cacheLine - 8]byte
-	}
-}
-
-// onWayCounts is how many counters onWay keeps: enough that a few busy
-// submitters seldom share one.
-const onWayCounts = 8
-
-// enter counts a submitter on its way, and returns the counter it must
-// leave.
-func (o *onWay) enter() *atomic.Int64 {
-	c := &o.counts[rand.Uint32()%onWayCounts].n
-	c.Add(1)
-	return c
-}
-
-// empty reports whether no submitter is on its way. Read after closed is
-// set, it is exact: a submitter that counts itself after its counter was
-// read sees closed, and leaves without sending.
-func (o *onWay) empty() bool {
-	for i := range o.counts {
-		if o.counts[i].n.Load() != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // runHere runs t in its submitter, for CallerRuns, unless the pool has
 // stopped meanwhile: once it has, nothing is accepted, not even here.
 func (s *state) runHere(t task) error {
@@ -351,4 +295,15 @@ func (w *waitTask) do(*locals) error { w.fn(); return nil }
 func (w *waitTask) finish(err error) {
 	w.err = err
 	w.done.Done()
+}
+
+// mustTarget returns s.target(), and panics, naming the function fn, if s
+// is nil: a nil interface, or a nil *Pool or *Subpool in one. A nil
+// Submitter is a programming error, which would otherwise show as a nil
+// dereference, sometimes on a worker, far from its cause.
+func mustTarget(fn string, s Submitter) (*state, *lane) {
+	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
+		panic("workerpool: " + fn + ": nil Submitter")
+	}
+	return s.target()
 }

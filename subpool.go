@@ -253,3 +253,16 @@ func (s *Subpool) Status() Status {
 		Run:         l.timings.run.snapshot(),
 	}
 }
+
+// errStopped returns the error of a submission to the lane's sub-pool
+// once it is stopping: ErrStopped, naming the sub-pool.
+func (l *lane) errStopped() error { return subpoolStopped{l.sub.name} }
+
+// A subpoolStopped is ErrStopped for a sub-pool stopped alone: its message
+// names the sub-pool, and errors.Is finds ErrStopped in it.
+type subpoolStopped struct{ name string }
+
+func (e subpoolStopped) Error() string {
+	return fmt.Sprintf("workerpool: sub-pool %q is stopped", e.name)
+}
+func (e subpoolStopped) Is(target error) bool { return target == ErrStopped }

@@ -1,6 +1,7 @@
 package workerpool
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/dispatchkit/workerpool/internal/sched"
@@ -82,4 +83,53 @@ type localValue struct {
 	id    uint64
 	value any
 	close func(any)
+}
+
+// A cancelable is a waiter whose submitter may give up on it before it
+// starts.
+type cancelable interface {
+	waiter
+	giveUp() bool
+	spot() *queueSpot
+}
+
+// A queueSpot is where a cancelable task waits: its queue and its seq,
+// which the loop records when it accepts the task and reads when the
+// submitter gives up on it; and whether the task is counted Canceled,
+// which whoever counts it sets first.
+type queueSpot struct {
+	queue   *queue
+	seq     uint64
+	counted atomic.Bool
+}
+
+// A PanicError is a task's panic, recovered by the pool. [Pool.SubmitWait]
+// returns it; fire-and-forget tasks hand it to the panic handler (see
+// [WithPanicHandler]).
+type PanicError struct {
+	// Value is what the task passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack trace, as [debug.Stack]
+	// formats it.
+	Stack []byte
+}
+
+// Error returns "workerpool: task panicked: " followed by the panic value.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("workerpool: task panicked: %v", e.Value)
+}
+
+// Unwrap returns the panic value if it is an error, so that [errors.Is] and
+// [errors.As] reach it, and nil otherwise.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// asError returns pe as an error: nil if pe is nil.
+func (pe *PanicError) asError() error {
+	if pe == nil {
+		return nil
+	}
+	return pe
 }

@@ -84,27 +84,16 @@ type taskTimings struct {
 	wait, run timingStats
 }
 
-// timeTask records the timing of the task of h, of lane l, accepted at h.Accepted
-// (0: it never waited, having run in its submitter), started at start and
-// ended now, and hands it to the observer.
-func (s *state) timeTask(h *entry, l *lane, start int64, panicked bool) {
-	accepted := h.Accepted
-	if accepted == 0 {
-		accepted = start
-	}
-	tt := TaskTiming{
-		Wait:     time.Duration(start - accepted),
-		Run:      time.Duration(s.now() - start),
-		Panicked: panicked,
-	}
-	s.timings.wait.add(tt.Wait)
-	s.timings.run.add(tt.Run)
-	if l != nil {
-		tt.Subpool = l.sub
-		l.timings.wait.add(tt.Wait)
-		l.timings.run.add(tt.Run)
-	}
-	if s.cfg.observer != nil {
-		s.cfg.observer(tt)
+// raise sets peak to n if n is higher, and returns the peak. Several
+// goroutines may raise it at once; it never falls.
+func raise(peak *atomic.Int64, n int64) int64 {
+	for {
+		old := peak.Load()
+		if n <= old {
+			return old
+		}
+		if peak.CompareAndSwap(old, n) {
+			return n
+		}
 	}
 }

@@ -6,74 +6,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
-	"sync/atomic"
-
-	"github.com/dispatchkit/workerpool/internal/handoff"
+	"time"
 )
-
-// A PanicError is a task's panic, recovered by the pool. [Pool.SubmitWait]
-// returns it; fire-and-forget tasks hand it to the panic handler (see
-// [WithPanicHandler]).
-type PanicError struct {
-	// Value is what the task passed to panic.
-	Value any
-	// Stack is the panicking goroutine's stack trace, as [debug.Stack]
-	// formats it.
-	Stack []byte
-}
-
-// Error returns "workerpool: task panicked: " followed by the panic value.
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("workerpool: task panicked: %v", e.Value)
-}
-
-// Unwrap returns the panic value if it is an error, so that [errors.Is] and
-// [errors.As] reach it, and nil otherwise.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
-
-// asError returns pe as an error: nil if pe is nil.
-func (pe *PanicError) asError() error {
-	if pe == nil {
-		return nil
-	}
-	return pe
-}
-
-// A worker is the record of one worker: its seat in the hand-off, and the
-// counts Status sums. Only the worker's own goroutine writes its counts,
-// with plain stores: no two goroutines contend for them, and a task costs
-// no atomic read-modify-write.
-type worker struct {
-	seat handoff.Seat[entry]
-	// phase is done<<1 | busy: the tasks the worker finished, and whether
-	// it holds one now. It only grows: taking a task sets busy, and
-	// counting it done (phase+1) clears busy and adds one to done. Status
-	// reads Busy and Completed from this one word, so they agree.
-	phase atomic.Uint64
-	// skipped counts the tasks the worker received but did not run,
-	// because their submitters gave up on them first.
-	skipped atomic.Uint64
-	// goid is the number of the worker's goroutine, once the worker knows
-	// it: it reads it before it first runs a task of a sub-pool or with a
-	// key, and as its goroutine starts again after a Goexit, so that a
-	// stop from such a task can find the worker, and its task (current),
-	// to lend their places (see caller).
-	goid    atomic.Uint64
-	current *entry
-	// locals holds the worker's states of Locals, and leaving says that
-	// it is exiting for good (see exit); only its goroutine touches them.
-	locals  locals
-	leaving bool
-	// gone says that the worker has exited; guarded by crew.mu.
-	gone bool
-	// Each worker's record on its own cache line: workers write theirs on
-	// every task, and would otherwise slow each other down.
-	_ [cacheLine]byte
-}
 
 // How a worker's goroutine starts.
 type start uint8
@@ -314,89 +248,6 @@ func crash(v error) {
 	select {}
 }
 
-// A crew lists the workers, for Status to sum their counts and for a stop
-// from inside to find its worker. The loop adds a worker as it starts it;
-// a worker takes itself off as it exits. Status reads the list without the
-// lock: each change publishes a new view, and a view's slice is never
-// written again.
-type crew struct {
-	mu   sync.Mutex
-	all  []*worker // guarded by mu: workers started and not yet dropped
-	gone int       // guarded by mu: of them, those that have exited
-	// done and skipped sum what the dropped workers did; guarded by mu.
-	done, skipped uint64
-	view          atomic.Pointer[crewView]
-}
-
-// A crewView is the crew as Status sees it.
-type crewView struct {
-	workers       []*worker
-	done, skipped uint64
-}
-
-// join lists w, a worker about to start.
-func (c *crew) join(w *worker) {
-	c.mu.Lock()
-	c.all = append(c.all, w)
-	c.publish()
-	c.mu.Unlock()
-}
-
-// leave marks w exited, and once most of the list has, drops them, keeping
-// what they did.
-func (c *crew) leave(w *worker) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w.gone = true
-	if c.gone++; c.gone <= len(c.all)/2 {
-		return
-	}
-	live := make([]*worker, 0, len(c.all)-c.gone) // a new array: Status may be reading the old one
-	for _, x := range c.all {
-		if x.gone {
-			c.done += x.phase.Load() >> 1
-			c.skipped += x.skipped.Load()
-		} else {
-			live = append(live, x)
-		}
-	}
-	c.all, c.gone = live, 0
-	c.publish()
-}
-
-func (c *crew) publish() {
-	c.view.Store(&crewView{workers: c.all, done: c.done, skipped: c.skipped})
-}
-
-// counts sums the workers' counts, but for the number of workers, which
-// the hand-off keeps.
-func (c *crew) counts() workerCounts {
-	v := c.view.Load()
-	if v == nil {
-		return workerCounts{}
-	}
-	n := workerCounts{done: v.done, skipped: v.skipped}
-	for _, w := range v.workers {
-		phase := w.phase.Load()
-		n.busy += int(phase & 1)
-		n.done += phase >> 1
-		n.skipped += w.skipped.Load()
-	}
-	return n
-}
-
-// find returns the worker whose goroutine is numbered id, if it knows it.
-func (c *crew) find(id uint64) *worker {
-	if v := c.view.Load(); v != nil {
-		for _, w := range v.workers {
-			if w.goid.Load() == id {
-				return w
-			}
-		}
-	}
-	return nil
-}
-
 // Telling the pool's workers from other goroutines. Go gives goroutines no
 // identity, on purpose; but a stop called from one of the pool's own
 // workers (in a task, the panic handler, the task observer, a Local's open
@@ -411,14 +262,6 @@ func (c *crew) find(id uint64) *worker {
 // places a stop lends), and the goroutine that finishes a worker's exit
 // (startExit). Reading a stack costs a few microseconds, so only those
 // calls do it, and only while the pool has goroutines.
-
-// A caller is what its stack trace says of the goroutine that calls a
-// stop.
-type caller struct {
-	id, by  uint64 // its number, and that of the goroutine that started it
-	started bool   // startWorker or startExit started it
-	leaving bool   // it is in closeLocals: its worker is exiting, counted out already
-}
 
 // whoCalls reads the calling goroutine's stack trace, and reports whether
 // it may be one of the pool's workers, for the loop to tell (loop.isOurs).
@@ -523,4 +366,49 @@ func leadingNumber(s string) uint64 {
 		n = n*10 + uint64(c-'0')
 	}
 	return n
+}
+
+// timeTask records the timing of the task of h, of lane l, accepted at h.Accepted
+// (0: it never waited, having run in its submitter), started at start and
+// ended now, and hands it to the observer.
+func (s *state) timeTask(h *entry, l *lane, start int64, panicked bool) {
+	accepted := h.Accepted
+	if accepted == 0 {
+		accepted = start
+	}
+	tt := TaskTiming{
+		Wait:     time.Duration(start - accepted),
+		Run:      time.Duration(s.now() - start),
+		Panicked: panicked,
+	}
+	s.timings.wait.add(tt.Wait)
+	s.timings.run.add(tt.Run)
+	if l != nil {
+		tt.Subpool = l.sub
+		l.timings.wait.add(tt.Wait)
+		l.timings.run.add(tt.Run)
+	}
+	if s.cfg.observer != nil {
+		s.cfg.observer(tt)
+	}
+}
+
+// closeLocals closes worker w's states, each once: it takes a state off
+// the worker before it closes it, so that a close that calls Goexit, or
+// whose panic's handler does, leaves the others to be closed, and that one
+// closed. A panic of close goes to the panic handler.
+func (s *state) closeLocals(w *worker) {
+	for len(w.locals.values) > 0 {
+		v := w.locals.values[0]
+		w.locals.values = w.locals.values[1:]
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
+				}
+			}()
+			v.close(v.value)
+		}()
+	}
+	w.locals.values = nil
 }
