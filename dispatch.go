@@ -52,6 +52,7 @@ type loop struct {
 	h     *handoff.Handoff[entry]
 	sched *scheduler
 	max   int // the maximum of workers (Resize changes it)
+	depth int // the most tasks the outbox holds
 
 	// quiet says that the loop may do a plain receive (see calm). The
 	// loop clears it whenever that may have changed, and sets it only
@@ -173,10 +174,18 @@ func (d *loop) wait() {
 // hands out what may go.
 func (d *loop) settle() {
 	d.collect()
-	d.checkDeadline()
-	d.checkStranded()
-	d.checkPauseAck()
-	d.answerStops()
+	if len(d.deadlines) > 0 {
+		d.checkDeadline()
+	}
+	if d.closed {
+		d.checkStranded()
+	}
+	if d.pauseAck != nil {
+		d.checkPauseAck()
+	}
+	if len(d.stops) > 0 {
+		d.answerStops()
+	}
 	d.fill()
 }
 
@@ -220,7 +229,7 @@ func (d *loop) listen() bool {
 		if e, ok := d.sched.Peek(); ok {
 			if d.sched.MayBuffer(e.Queue) {
 				w |= handoff.WantRoom // the outbox is full: refill it once half is taken
-				roomAt = max(roomAt, d.h.Depth()/2)
+				roomAt = max(roomAt, d.depth/2)
 			} else {
 				w |= handoff.WantPark // a direct task waits for a free worker
 			}
@@ -259,7 +268,7 @@ func (d *loop) receive(m message) {
 		} else {
 			d.accept(m)
 		}
-		if n == 64 || !d.receiving() {
+		if n == 64 || !d.quiet && !d.receiving() { // quiet: it receives
 			break
 		}
 		select {
@@ -279,29 +288,38 @@ func (d *loop) accept(m message) {
 	// Completed and not Submitted.
 	d.seq++
 	d.s.stats.submitted.Store(d.seq)
+	var accepted int64 // when, for its timing: 0 if the pool does not time its tasks
+	if d.s.cfg.timings {
+		accepted = d.s.now()
+	}
 	if m.lane == nil && !m.keyed && d.quiet {
 		// The common case, kept short: a task of the pool's own queue
-		// while nothing waits.
-		e := entry{Task: m.task, Queue: d.sched.Own(), Seq: d.seq, Accepted: d.acceptedNow(), Turn: d.sched.NextTurn()}
+		// while nothing waits. While the loop is quiet the outbox holds
+		// only the pool's own unkeyed tasks, so this one may follow them
+		// without a turn, and without the scheduler counting it started:
+		// should it come back, it goes before every task accepted after
+		// it, which is where turn 0 puts it.
+		e := entry{Task: m.task, Queue: d.s.own, Seq: d.seq, Accepted: accepted}
 		if e.W != nil {
 			noteSpot(e) // a Call's or a Group's: its submitter may give up
 		}
-		if d.outboxAllOf(e.Queue) && d.give(e, false) {
-			d.sched.Start(e)
-			d.quiet = d.room() // the outbox may hold all that may wait
+		if d.give(e, false) {
+			if d.s.cfg.maxWaiting > 0 {
+				d.quiet = d.room() // the outbox may hold all that may wait
+			}
 			return
 		}
 		d.quiet = false
 		d.waitOrDrop(e)
 		return
 	}
-	q := d.sched.Own()
+	q := d.s.own
 	if m.lane != nil {
 		q = m.lane.queue
 		m.lane.stats.submitted.Add(1)
 	}
 	d.collect() // ends that free the task's place or key
-	e := d.sched.Admit(m.task, q, m.key, m.keyed, d.seq, d.acceptedNow())
+	e := d.sched.Admit(m.task, q, m.key, m.keyed, d.seq, accepted)
 	if e.W != nil {
 		noteSpot(e)
 	}
@@ -352,15 +370,6 @@ func (d *loop) outboxAllOf(q *queue) bool {
 	return true
 }
 
-// acceptedNow returns the time of a task accepted now, for its timing, or
-// 0 if the pool does not time its tasks.
-func (d *loop) acceptedNow() int64 {
-	if !d.s.cfg.timings {
-		return 0
-	}
-	return d.s.now()
-}
-
 // fill hands out waiting tasks, in turn order, as many as may go.
 func (d *loop) fill() {
 	if len(d.deadlines) > 0 {
@@ -408,7 +417,7 @@ func (d *loop) give(e entry, direct bool) bool {
 		}
 	}
 	d.handed++
-	if l := laneOf(&e); l != nil {
+	if l := d.s.laneOf(&e); l != nil {
 		l.handed++
 	}
 	return true
@@ -533,8 +542,12 @@ func (d *loop) setMax() {
 // handed out has left the scheduler's count, so that Status never counts
 // one twice.
 func (d *loop) publishInHand() {
-	d.notePeak()
-	d.s.stats.inHand.Store(uint64(d.sched.Waiting()) + d.handed)
+	waiting := 0 // while quiet, nothing waits in the scheduler
+	if !d.quiet {
+		waiting = d.sched.Waiting()
+	}
+	d.notePeak(waiting)
+	d.s.stats.inHand.Store(uint64(waiting) + d.handed)
 }
 
 // publishLane publishes what a sub-pool's queue holds, for its Status: the
@@ -553,14 +566,14 @@ func (d *loop) noteWaiting(q *queue) {
 	}
 }
 
-// notePeak records the waiting tasks, those in the outbox included, as
-// PeakWaiting if they are more. The outbox is read only when the
-// scheduler's tasks with a full outbox would pass the peak.
-func (d *loop) notePeak() {
-	if int64(d.sched.Waiting()+d.h.Depth()) <= d.s.stats.peakWaiting.Load() {
+// notePeak records the tasks waiting, the scheduler's (waiting) and those
+// in the outbox, as PeakWaiting if they are more. The outbox is read only
+// when the scheduler's tasks with a full outbox would pass the peak.
+func (d *loop) notePeak(waiting int) {
+	if int64(waiting+d.depth) <= d.s.stats.peakWaiting.Load() {
 		return
 	}
-	n := d.sched.Waiting() + d.h.Len()
+	n := waiting + d.h.Len()
 	if bound := d.s.cfg.maxWaiting; bound > 0 {
 		n = min(n, bound)
 	}

@@ -259,7 +259,7 @@ func New(maxWorkers int, opts ...Option) *Pool {
 	}
 	s.hand = handoff.New[entry](cfg.outboxDepth(), maxWorkers, cfg.minWorkers, cfg.idleTimeout, s.wake)
 	s.stats.maxWorkers.Store(int64(maxWorkers))
-	d := &loop{s: s, h: s.hand, sched: sched.New[waiter](maxWorkers), max: maxWorkers, quiet: true}
+	d := &loop{s: s, h: s.hand, sched: sched.New[waiter](maxWorkers), max: maxWorkers, depth: cfg.outboxDepth(), quiet: true}
 	s.own = d.sched.Own()
 	// The minimum of workers starts before the loop does, as the loop
 	// would start them: nothing else runs yet.

@@ -182,7 +182,7 @@ func (h *Handoff[T]) Give(t T, direct bool) Given {
 		h.mu.Unlock()
 		return Full
 	}
-	if h.parked.Len() > 0 {
+	if h.parked.n > 0 {
 		s := h.parked.PopFront()
 		h.running++
 		h.mu.Unlock()
@@ -218,13 +218,15 @@ func (h *Handoff[T]) Give(t T, direct bool) Given {
 func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 	h.mu.Lock()
 	if ran {
-		if h.running--; h.running <= h.idleAt {
-			h.signal(WantIdle)
+		if h.running--; h.want&WantIdle != 0 && h.running <= h.idleAt {
+			h.wakeLoop()
 		}
 	}
 	if report {
 		h.ends = append(h.ends, end)
-		h.signal(WantEnds)
+		if h.want&WantEnds != 0 {
+			h.wakeLoop()
+		}
 	}
 	var zero T
 	switch {
@@ -235,8 +237,8 @@ func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 	case h.outbox.Len() > 0 && !h.held():
 		t := h.outbox.PopFront()
 		h.running++
-		if h.outbox.Len() <= h.roomAt {
-			h.signal(WantRoom)
+		if h.want&WantRoom != 0 && h.outbox.Len() <= h.roomAt {
+			h.wakeLoop()
 		}
 		h.mu.Unlock()
 		return t, true
@@ -250,7 +252,9 @@ func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 	}
 	s.since = h.tick
 	h.parked.PushBack(s)
-	h.signal(WantPark)
+	if h.want&WantPark != 0 {
+		h.wakeLoop()
+	}
 	h.mu.Unlock()
 	if _, ok := <-s.wake; !ok {
 		return zero, false // told to exit, counted out already
@@ -260,12 +264,11 @@ func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 	return t, true
 }
 
-// signal wakes the loop if it waits for what w says.
-func (h *Handoff[T]) signal(w Want) {
-	if h.want&w != 0 {
-		h.want = 0
-		h.Signal()
-	}
+// wakeLoop wakes the loop, which listened for what happened, and clears
+// what it listened for: the signal comes once.
+func (h *Handoff[T]) wakeLoop() {
+	h.want = 0
+	h.Signal()
 }
 
 // Signal wakes the loop, whatever it waits for: a goroutine of the pool
@@ -289,7 +292,7 @@ func (h *Handoff[T]) Listen(w Want, roomAt, idleAt int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w&WantEnds != 0 && len(h.ends) > 0 ||
-		w&WantPark != 0 && h.parked.Len() > 0 ||
+		w&WantPark != 0 && h.parked.n > 0 ||
 		w&WantRoom != 0 && h.outbox.Len() <= roomAt ||
 		w&WantIdle != 0 && h.running <= idleAt {
 		h.want = 0
@@ -390,7 +393,7 @@ func (h *Handoff[T]) SetMax(n int) (start int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.max = n
-	for h.workers > h.max && h.parked.Len() > 0 {
+	for h.workers > h.max && h.parked.n > 0 {
 		h.quitParked()
 	}
 	start = min(h.outbox.Len(), max(h.max-h.workers, 0))
@@ -440,7 +443,7 @@ func (h *Handoff[T]) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	for h.parked.Len() > 0 {
+	for h.parked.n > 0 {
 		h.quitParked()
 	}
 }
@@ -506,7 +509,7 @@ func (h *Handoff[T]) Reap(now time.Time) bool {
 	defer h.mu.Unlock()
 	h.tick++
 	h.ticked[h.tick%uint64(len(h.ticked))] = now
-	for h.workers > h.min && h.parked.Len() > 0 && h.idleLongEnough(h.parked.Front(), now) {
+	for h.workers > h.min && h.parked.n > 0 && h.idleLongEnough(h.parked.Front(), now) {
 		h.quitParked()
 	}
 	h.reaping = h.workers > h.min && !h.closed

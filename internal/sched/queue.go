@@ -49,7 +49,7 @@ type Queue[W any] struct {
 	// limit is the most tasks of the queue that may run at once, if it is
 	// limited. running counts the queue's tasks handed out and not yet
 	// ended, less those whose workers lent their places (see Lend), which
-	// lent counts.
+	// lent counts: only if the queue is limited, as no other needs them.
 	limit, running, lent int
 
 	fifo fifo[W] // unkeyed waiting tasks

@@ -100,9 +100,13 @@ func (s *Scheduler[W]) StartsNow(e Entry[W]) bool {
 }
 
 // Start counts e as running: handed out and not ended. Every started
-// entry is later passed to Ended, Left or PutBack.
+// entry is later passed to Ended, Left or PutBack. A task of a queue with
+// no limit and no key (the pool's own, unkeyed) changes nothing: the loop
+// may hand such tasks out without starting them.
 func (s *Scheduler[W]) Start(e Entry[W]) {
-	e.Queue.running++
+	if e.Queue.limited {
+		e.Queue.running++
+	}
 	if k := e.Key; k != nil {
 		k.busy = true
 		e.Queue.held += k.fns.len()
@@ -181,7 +185,9 @@ func (s *Scheduler[W]) Ended(e Entry[W]) {
 
 // unstart undoes what Start counted.
 func (s *Scheduler[W]) unstart(e Entry[W]) {
-	e.Queue.running--
+	if e.Queue.limited {
+		e.Queue.running--
+	}
 	if e.Reported() {
 		s.reported--
 	}
@@ -192,17 +198,21 @@ func (s *Scheduler[W]) unstart(e Entry[W]) {
 // may take its place. Its key stays busy. Reclaim ends the loan; a task
 // that ends while its place is lent must be reclaimed first.
 func (s *Scheduler[W]) Lend(e Entry[W]) {
-	e.Queue.running--
-	e.Queue.lent++
-	s.review(e.Queue)
+	if e.Queue.limited {
+		e.Queue.running--
+		e.Queue.lent++
+		s.review(e.Queue)
+	}
 }
 
 // Reclaim counts e, whose place Lend lent, as running again: its queue may
 // be over its limit until one of its tasks ends.
 func (s *Scheduler[W]) Reclaim(e Entry[W]) {
-	e.Queue.running++
-	e.Queue.lent--
-	s.review(e.Queue)
+	if e.Queue.limited {
+		e.Queue.running++
+		e.Queue.lent--
+		s.review(e.Queue)
+	}
 }
 
 // Left counts e, a started task that its submitter gave up on before a
