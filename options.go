@@ -65,7 +65,7 @@ func WithMaxWaiting(n int) Option {
 	return func(c *config) { c.maxWaiting = n }
 }
 
-// WithOverflow sets what [Pool.Submit], [Pool.SubmitCtx] and
+// WithOverflow sets what [Pool.Submit], [Pool.SubmitContext] and
 // [Pool.SubmitWait] do when the bounded queue is full. The default is
 // [Block]. [Pool.TrySubmit] always rejects instead.
 func WithOverflow(o Overflow) Option {

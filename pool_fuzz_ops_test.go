@@ -172,11 +172,11 @@ func (m *fuzzModel) submitTask(tk *fuzzTask, timeout time.Duration) {
 		case viaSubmitCtxDone:
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			err = submitCall(func() error { return to.SubmitCtx(ctx, task) })
+			err = submitCall(func() error { return to.SubmitContext(ctx, task) })
 		case viaSubmitCtx:
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			err = submitCall(func() error { return to.SubmitCtx(ctx, task) })
+			err = submitCall(func() error { return to.SubmitContext(ctx, task) })
 		case viaSubmitKey:
 			err = submitCall(func() error { return to.SubmitKey(tk.key, task) })
 		}

@@ -63,8 +63,8 @@ const (
 	opSubmit        = iota // Submit a task of kind arg%5
 	opSubmitWait           // SubmitWait, in its own goroutine
 	opTrySubmit            // TrySubmit
-	opSubmitCtxDone        // SubmitCtx with a cancelled context
-	opSubmitCtx            // SubmitCtx with a context that expires after 1+arg/5 s
+	opSubmitCtxDone        // SubmitContext with a cancelled context
+	opSubmitCtx            // SubmitContext with a context that expires after 1+arg/5 s
 	opRelease              // release the (arg % open)-th still-blocked task
 	opReleaseAll           // release every blocked task
 	opPause                // Pause with a context that opResume cancels
@@ -167,7 +167,7 @@ const (
 )
 
 func (m submitMethod) String() string {
-	return [...]string{"Submit", "SubmitWait", "TrySubmit", "SubmitCtx(cancelled)", "SubmitCtx", "SubmitKey"}[m]
+	return [...]string{"Submit", "SubmitWait", "TrySubmit", "SubmitContext(cancelled)", "SubmitContext", "SubmitKey"}[m]
 }
 
 // A fuzzTask is the model's record of one submitted task.

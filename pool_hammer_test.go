@@ -44,7 +44,7 @@ const (
 	hKinds
 )
 
-var hammerNames = [...]string{"Submit", "SubmitCtx", "TrySubmit", "SubmitWait", "SubmitKey", "Call", "CallWith", "Local.Submit", "Go", "Group.Go", "Map"}
+var hammerNames = [...]string{"Submit", "SubmitContext", "TrySubmit", "SubmitWait", "SubmitKey", "Call", "CallWith", "Local.Submit", "Go", "Group.Go", "Map"}
 
 type hammerRecord struct {
 	kind     hammerKind
@@ -93,7 +93,7 @@ func (h *hammer) submitOne(kind hammerKind, onSub bool) {
 	case hSubmit:
 		rec.err = to.Submit(fn)
 	case hSubmitCtx:
-		rec.err = to.SubmitCtx(ctx, fn)
+		rec.err = to.SubmitContext(ctx, fn)
 	case hTrySubmit:
 		rec.err = to.TrySubmit(fn)
 	case hSubmitWait:

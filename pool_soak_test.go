@@ -263,10 +263,10 @@ func soakSubmit(p workerpool.Submitter, st *soakTask, fn func(), r *rand.Rand) e
 	case viaSubmitCtxDone:
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		return p.SubmitCtx(ctx, fn)
+		return p.SubmitContext(ctx, fn)
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(100))*time.Microsecond)
 		defer cancel()
-		return p.SubmitCtx(ctx, fn)
+		return p.SubmitContext(ctx, fn)
 	}
 }

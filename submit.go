@@ -11,7 +11,7 @@ import (
 // [*Subpool]. Only this package implements it.
 type Submitter interface {
 	Submit(task func()) error
-	SubmitCtx(ctx context.Context, task func()) error
+	SubmitContext(ctx context.Context, task func()) error
 	TrySubmit(task func()) error
 	SubmitWait(task func()) error
 	SubmitKey(key string, task func()) error
@@ -47,16 +47,22 @@ func (p *Pool) Submit(fn func()) error {
 	return p.s.submitTo(nil, nil, message{task: task{Fn: fn}}, p.s.cfg.overflow)
 }
 
-// SubmitCtx is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
+// SubmitContext is [Pool.Submit] that gives up, returning ctx.Err(), if ctx is
 // done before the pool accepts the task: at once if it is already done, or
 // while Submit waits for room in a bounded queue. Once accepted, the task
 // runs whatever becomes of ctx.
 //
-// SubmitCtx panics if ctx is nil.
-func (p *Pool) SubmitCtx(ctx context.Context, fn func()) error {
-	mustContext("SubmitCtx", ctx)
-	return p.s.submitCtx(nil, ctx, fn)
+// SubmitContext panics if ctx is nil.
+func (p *Pool) SubmitContext(ctx context.Context, fn func()) error {
+	mustContext("SubmitContext", ctx)
+	return p.s.submitContext(nil, ctx, fn)
 }
+
+// SubmitCtx is [Pool.SubmitContext], under the name it had first.
+//
+// Deprecated: use SubmitContext, the standard library's naming
+// (signal.NotifyContext, exec.CommandContext). SubmitCtx goes before 1.0.
+func (p *Pool) SubmitCtx(ctx context.Context, fn func()) error { return p.SubmitContext(ctx, fn) }
 
 // TrySubmit is [Pool.Submit] that never waits for room, whatever the
 // overflow policy: if the bounded waiting queue is full it returns
@@ -91,9 +97,9 @@ func (p *Pool) SubmitWait(fn func()) error { return p.s.submitWait(nil, fn) }
 // bounded, whatever the policy.
 func (p *Pool) SubmitKey(key string, fn func()) error { return p.s.submitKey(nil, key, fn) }
 
-// submitCtx is the body of SubmitCtx for the pool (l nil) or the
+// submitContext is the body of SubmitContext for the pool (l nil) or the
 // sub-pool of lane l.
-func (s *state) submitCtx(l *lane, ctx context.Context, fn func()) error {
+func (s *state) submitContext(l *lane, ctx context.Context, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}

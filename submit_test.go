@@ -22,7 +22,7 @@ func TestNilTaskIsRejected(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
 	assert.ErrorIs(t, p.Submit(nil), workerpool.ErrNilTask)
-	assert.ErrorIs(t, p.SubmitCtx(context.Background(), nil), workerpool.ErrNilTask)
+	assert.ErrorIs(t, p.SubmitContext(context.Background(), nil), workerpool.ErrNilTask)
 	assert.ErrorIs(t, p.TrySubmit(nil), workerpool.ErrNilTask)
 	assert.ErrorIs(t, p.SubmitWait(nil), workerpool.ErrNilTask)
 	assert.Zero(t, p.Status().Submitted)
@@ -37,7 +37,7 @@ func TestEverySubmitMethodFailsAfterStop(t *testing.T) {
 			task := func() { ran = true }
 			assert.True(t, p.Stopped())
 			assert.ErrorIs(t, p.Submit(task), workerpool.ErrStopped)
-			assert.ErrorIs(t, p.SubmitCtx(context.Background(), task), workerpool.ErrStopped)
+			assert.ErrorIs(t, p.SubmitContext(context.Background(), task), workerpool.ErrStopped)
 			assert.ErrorIs(t, p.TrySubmit(task), workerpool.ErrStopped)
 			assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrStopped)
 			assert.False(t, ran, "no task runs after stop, not even in the caller")
@@ -131,7 +131,7 @@ func TestRejectOverflowReturnsErrQueueFull(t *testing.T) {
 		assert.ErrorIs(t, p.SubmitWait(task), workerpool.ErrQueueFull)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		assert.ErrorIs(t, p.SubmitCtx(ctx, task), workerpool.ErrQueueFull)
+		assert.ErrorIs(t, p.SubmitContext(ctx, task), workerpool.ErrQueueFull)
 		s := p.Status()
 		assert.Equal(t, uint64(3), s.Rejected)
 		assert.Equal(t, uint64(2), s.Submitted, "rejected tasks are not counted as submitted")
@@ -238,42 +238,42 @@ func TestTrySubmitNeverWaitsForRoom(t *testing.T) {
 	})
 }
 
-func TestSubmitCtxGivesUpWhenCtxIsDone(t *testing.T) {
+func TestSubmitContextGivesUpWhenCtxIsDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, release := full(t)
 		defer func() { release(); p.StopWait() }()
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		err := p.SubmitCtx(ctx, func() { t.Error("a task given up on ran") })
+		err := p.SubmitContext(ctx, func() { t.Error("a task given up on ran") })
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, time.Second, time.Since(start))
 
-		assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.DeadlineExceeded, "a done ctx fails at once")
+		assert.ErrorIs(t, p.SubmitContext(ctx, func() {}), context.DeadlineExceeded, "a done ctx fails at once")
 		assert.Equal(t, uint64(2), p.Status().Submitted, "neither was accepted")
 	})
 }
 
-func TestSubmitCtxWithADoneCtxFailsEvenWithRoom(t *testing.T) {
+func TestSubmitContextWithADoneCtxFailsEvenWithRoom(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), context.Canceled)
-	assert.NoError(t, p.SubmitCtx(context.Background(), func() {}))
+	assert.ErrorIs(t, p.SubmitContext(ctx, func() {}), context.Canceled)
+	assert.NoError(t, p.SubmitContext(context.Background(), func() {}))
 	p.Stop()
-	assert.ErrorIs(t, p.SubmitCtx(ctx, func() {}), workerpool.ErrStopped, "a stopped pool says so, whatever the ctx")
+	assert.ErrorIs(t, p.SubmitContext(ctx, func() {}), workerpool.ErrStopped, "a stopped pool says so, whatever the ctx")
 }
 
 // SubmitCtx with a nil context panics at once with a message that names
 // it, even for a nil task, rather than with a nil dereference; the pool
 // accepts nothing.
-func TestSubmitCtxWithANilContextPanicsNamingIt(t *testing.T) {
+func TestSubmitContextWithANilContextPanicsNamingIt(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
 	for _, fn := range []func(){func() {}, nil} {
-		assert.PanicsWithValue(t, "workerpool: SubmitCtx: nil context", func() {
-			_ = p.SubmitCtx(nil, fn) //nolint:staticcheck // the nil context is the point
+		assert.PanicsWithValue(t, "workerpool: SubmitContext: nil context", func() {
+			_ = p.SubmitContext(nil, fn) //nolint:staticcheck // the nil context is the point
 		})
 	}
 	assert.Zero(t, p.Status().Submitted)

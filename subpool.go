@@ -79,10 +79,18 @@ func (s *Subpool) Submit(fn func()) error {
 	return st.submitTo(s.lane, nil, message{task: task{Fn: fn}}, st.cfg.overflow)
 }
 
-// SubmitCtx is [Pool.SubmitCtx] for the sub-pool. It panics if ctx is nil.
+// SubmitContext is [Pool.SubmitContext] for the sub-pool. It panics if ctx
+// is nil.
+func (s *Subpool) SubmitContext(ctx context.Context, task func()) error {
+	mustContext("Subpool.SubmitContext", ctx)
+	return s.p.s.submitContext(s.lane, ctx, task)
+}
+
+// SubmitCtx is [Subpool.SubmitContext], under the name it had first.
+//
+// Deprecated: use SubmitContext. SubmitCtx goes before 1.0.
 func (s *Subpool) SubmitCtx(ctx context.Context, task func()) error {
-	mustContext("Subpool.SubmitCtx", ctx)
-	return s.p.s.submitCtx(s.lane, ctx, task)
+	return s.SubmitContext(ctx, task)
 }
 
 // TrySubmit is [Pool.TrySubmit] for the sub-pool.

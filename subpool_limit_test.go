@@ -230,7 +230,7 @@ func attackLimitsRound(t *testing.T, ov workerpool.Overflow, round int, giveUps 
 				case 1:
 					err = s.TrySubmit(fn)
 				case 2:
-					err = s.SubmitCtx(ctx, fn)
+					err = s.SubmitContext(ctx, fn)
 				case 3:
 					err = s.SubmitKey(fmt.Sprint(k%3), fn)
 				case 4:

@@ -574,7 +574,7 @@ func TestASubpoolOfAStoppedPoolRefusesEverything(t *testing.T) {
 	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.SubmitWait(func() {}), workerpool.ErrStopped)
 	assert.ErrorIs(t, s.TrySubmit(func() {}), workerpool.ErrStopped)
-	assert.ErrorIs(t, s.SubmitCtx(context.Background(), func() {}), workerpool.ErrStopped)
+	assert.ErrorIs(t, s.SubmitContext(context.Background(), func() {}), workerpool.ErrStopped)
 	_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
 	assert.ErrorIs(t, err, workerpool.ErrStopped)
 	_, err = workerpool.Map(context.Background(), s, []int{1}, func(context.Context, int) (int, error) { return 0, nil })
@@ -648,7 +648,7 @@ func TestOnceASubpoolsStopReturnsThePoolCountsItsTasksCompleted(t *testing.T) {
 
 // A sub-pool's SubmitCtx and Group with a nil context panic at once with a
 // message that names the method; the sub-pool accepts nothing.
-func TestSubpoolSubmitCtxAndGroupWithANilContextPanicNamingThem(t *testing.T) {
+func TestSubpoolSubmitContextAndGroupWithANilContextPanicNamingThem(t *testing.T) {
 	p := workerpool.New(1)
 	defer p.Stop()
 	s := p.Subpool("s", 1)
@@ -656,8 +656,8 @@ func TestSubpoolSubmitCtxAndGroupWithANilContextPanicNamingThem(t *testing.T) {
 		name, want string
 		misuse     func()
 	}{
-		{"SubmitCtx", "workerpool: Subpool.SubmitCtx: nil context", func() {
-			_ = s.SubmitCtx(nil, func() {}) //nolint:staticcheck // the nil context is the point
+		{"SubmitContext", "workerpool: Subpool.SubmitContext: nil context", func() {
+			_ = s.SubmitContext(nil, func() {}) //nolint:staticcheck // the nil context is the point
 		}},
 		{"Group", "workerpool: Subpool.Group: nil context", func() {
 			s.Group(nil) //nolint:staticcheck // the nil context is the point

@@ -248,7 +248,7 @@ func short(d time.Duration) time.Duration {
 // that arrived in that tick. ended, if not nil, is called as each phase
 // ends, before the next begins.
 //
-// It submits with SubmitCtx, so the -overflow policy decides what a full
+// It submits with SubmitContext, so the -overflow policy decides what a full
 // queue does. With reject (the default) the request is refused at once and
 // the load keeps its schedule, as a server sheds load it cannot queue: that
 // shows the pool best. With block the generator waits for room, and with
@@ -279,7 +279,7 @@ func generate(ctx context.Context, p *workerpool.Pool, schedule []phase, start t
 		}
 		for due += schedule[i].rate * tick.Seconds(); due >= 1; due-- {
 			offered++
-			err := p.SubmitCtx(ctx, request(rng))
+			err := p.SubmitContext(ctx, request(rng))
 			if err != nil && !errors.Is(err, workerpool.ErrQueueFull) {
 				return offered // ctx done, or the pool stopped
 			}
