@@ -43,18 +43,23 @@ func (p *Pool) Resize(n int) {
 	}
 }
 
-// Size returns the current maximum number of workers.
+// Size returns the current maximum number of workers: Status().MaxWorkers.
+// It keeps gammazero/workerpool's name, as do WaitingQueueSize and Stopped,
+// so that code written for it reads the same here.
 func (p *Pool) Size() int { return int(p.s.stats.maxWorkers.Load()) }
 
-// WaitingQueueSize returns the number of tasks waiting for a worker.
+// WaitingQueueSize returns the number of tasks waiting for a worker:
+// Status().Waiting, without the rest of the snapshot.
 func (p *Pool) WaitingQueueSize() int {
 	inHand := p.s.stats.inHand.Load()
 	return p.s.waiting(inHand, p.s.workersAndTasks())
 }
 
-// Stopped reports whether Stop, StopWait or Shutdown has been called. Once
-// such a call has returned, every submission fails with [ErrStopped]. The
-// pool may still be finishing tasks; [Pool.Status] tells whether it has.
+// Stopped reports whether the pool has stopped accepting tasks: Stop,
+// StopWait or Shutdown has been called. Once such a call has returned,
+// every submission fails with [ErrStopped]. Its tasks may still be
+// running: [Pool.Status]'s State is Stopping until every one has ended and
+// every goroutine has exited, and Stopped then.
 func (p *Pool) Stopped() bool {
 	s := p.s
 	if s.stopCalled.Load() || s.drainCalled.Load() {

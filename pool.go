@@ -225,10 +225,11 @@ var (
 type Pool struct {
 	s *state
 	// subpools lists the pool's sub-pools not yet stopped, in the order
-	// they were made.
+	// they were made, and byName holds those not stopping, by name.
 	subpools struct {
-		mu   sync.Mutex
-		list []*Subpool
+		mu     sync.Mutex
+		list   []*Subpool
+		byName map[string]*Subpool
 	}
 }
 

@@ -31,24 +31,34 @@ type Subpool struct {
 	lane *lane
 }
 
-// Subpool returns a new sub-pool of p called name, whose tasks run on p's
-// workers, at most limit of them at once. name is only a label, for the
-// caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
-// pool, the sub-pool's submissions return [ErrStopped]. A sub-pool with no
-// task waiting costs the pool nothing.
+// Subpool returns p's sub-pool called name: the one p has, if it has one
+// of that name that is not stopping, else a new one whose tasks run on p's
+// workers, at most limit of them at once. So a tenant's sub-pool is found
+// by its name, and two sub-pools running at once never share one. limit
+// applies only to a sub-pool Subpool makes: [Subpool.Resize] changes it.
+// Once a sub-pool's Stop or StopWait is called, its name is free for a new
+// one. On a stopped pool, the sub-pool's submissions return [ErrStopped].
+// A sub-pool with no task waiting costs the pool nothing.
 //
 // Subpool panics if limit < 1.
 func (p *Pool) Subpool(name string, limit int) *Subpool {
 	if limit < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
 	}
+	p.subpools.mu.Lock()
+	defer p.subpools.mu.Unlock()
+	if s := p.subpools.byName[name]; s != nil {
+		return s
+	}
 	s := &Subpool{p: p, name: name}
 	s.lane = &lane{sub: s, stopping: make(chan struct{})}
 	s.lane.queue = sched.NewQueue[waiter](s.lane, limit)
 	s.lane.stats.limit.Store(int64(limit))
-	p.subpools.mu.Lock()
 	p.subpools.list = append(p.subpools.list, s)
-	p.subpools.mu.Unlock()
+	if p.subpools.byName == nil {
+		p.subpools.byName = make(map[string]*Subpool)
+	}
+	p.subpools.byName[name] = s
 	return s
 }
 
@@ -154,6 +164,7 @@ func (s *Subpool) StopWait() { s.stop(subDrainRequest) }
 func (s *Subpool) stop(kind requestKind) []func() {
 	l, st := s.lane, s.p.s
 	l.once.Do(func() {
+		s.p.freeName(s)
 		close(l.stopping)
 		l.gate.Lock()
 		l.closed.Store(true)
@@ -190,6 +201,15 @@ func (s *Subpool) stop(kind requestKind) []func() {
 func waitLastEnded(l *lane, asking uint64) {
 	for wait := time.Millisecond; l.stats.started.Load()-l.stats.ended.Load() > asking; wait = min(2*wait, 100*time.Millisecond) {
 		time.Sleep(wait)
+	}
+}
+
+// freeName lets a new sub-pool take s's name: s is stopping.
+func (p *Pool) freeName(s *Subpool) {
+	p.subpools.mu.Lock()
+	defer p.subpools.mu.Unlock()
+	if p.subpools.byName[s.name] == s {
+		delete(p.subpools.byName, s.name)
 	}
 }
 

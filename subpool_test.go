@@ -920,3 +920,51 @@ func TestAStrandedQueueIsDroppedBesideWorkersInASubpoolsStop(t *testing.T) {
 		}
 	}
 }
+
+// TestASubpoolIsFoundByItsName: Subpool with the name of a sub-pool that
+// is not stopping returns that one, whatever limit it is given, so that
+// two sub-pools running at once never share a name; once it is stopping,
+// the name makes a new one. Issue 36: "acme" twice ran 4 at once.
+func TestASubpoolIsFoundByItsName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(8)
+		defer p.Stop()
+		a := p.Subpool("acme", 2)
+		assert.Same(t, a, p.Subpool("acme", 2), "the same tenant's sub-pool")
+		assert.Same(t, a, p.Subpool("acme", 5), "the limit applies only to a sub-pool Subpool makes")
+		assert.Equal(t, 2, a.Status().MaxWorkers)
+		assert.NotSame(t, a, p.Subpool("other", 2))
+
+		var c peakCounter
+		for range 6 {
+			require.NoError(t, p.Subpool("acme", 2).Submit(func() { c.enter(); time.Sleep(time.Second); c.leave() }))
+		}
+		synctest.Wait()
+		time.Sleep(10 * time.Second)
+		assert.Equal(t, int64(2), c.peak.Load(), "one limit for the name")
+
+		a.Stop()
+		b := p.Subpool("acme", 3)
+		assert.NotSame(t, a, b, "a stopped sub-pool's name makes a new one")
+		assert.Equal(t, 3, b.Status().MaxWorkers)
+		assert.ErrorIs(t, a.Submit(func() {}), workerpool.ErrStopped)
+		assert.NoError(t, b.Submit(func() {}))
+	})
+}
+
+// TestAStoppedSubpoolsErrorNamesItAndWrapsErrStopped: a submission to a
+// stopped sub-pool of a running pool says which sub-pool, and is
+// ErrStopped to errors.Is; on a stopped pool it is ErrStopped itself.
+func TestAStoppedSubpoolsErrorNamesItAndWrapsErrStopped(t *testing.T) {
+	p := workerpool.New(2)
+	s := p.Subpool("mail", 1)
+	s.Stop()
+	err := s.Submit(func() {})
+	require.ErrorIs(t, err, workerpool.ErrStopped)
+	assert.Equal(t, `workerpool: sub-pool "mail" is stopped`, err.Error())
+	assert.ErrorIs(t, s.SubmitKey("k", func() {}), workerpool.ErrStopped)
+	_, err = workerpool.Call(context.Background(), s, func(context.Context) (int, error) { return 1, nil })
+	assert.ErrorIs(t, err, workerpool.ErrStopped)
+	p.Stop()
+	assert.Equal(t, workerpool.ErrStopped, p.Subpool("late", 1).Submit(func() {}), "a stopped pool's own error")
+}

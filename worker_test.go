@@ -423,7 +423,7 @@ func TestAStopFromATaskDropsTheTasksOnlyItsKeyHoldsBack(t *testing.T) {
 					s := p.Subpool("s", 1)
 					submit := s.Submit
 					if keyed {
-						s = p.Subpool("s", 4)
+						s = p.Subpool("s4", 4)
 						submit = func(f func()) error { return s.SubmitKey("k", f) }
 					}
 					var ran, otherKey atomic.Int32
