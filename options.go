@@ -84,6 +84,25 @@ func WithPanicHandler(h func(*PanicError)) Option {
 	return func(c *config) { c.panicHandler = h }
 }
 
+// WithoutPanicRecovery makes the pool leave a task's panic alone: it
+// crashes the program, with the task's own stack, as it would without a
+// pool, where the default recovers it (see [WithPanicHandler]). Crash
+// monitoring then sees every panic; the cost is the program. As the panic
+// passes, the pool counts the task completed, not panicked (it does not
+// look at the panic), and releases its waiter as after
+// [runtime.Goexit]; a [Local]'s close that panics crashes the program too.
+// Under [CallerRuns] the panic goes up to the caller of Submit.
+func WithoutPanicRecovery() Option {
+	return func(c *config) { c.noRecovery = true }
+}
+
+// WithLogger sets the logger of the default panic handler, which logs a
+// task's panic and its stack at level Error; nil, or none, logs with
+// [slog.Default]. A handler set with [WithPanicHandler] replaces it.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
 // WithTaskTimings makes the pool measure how long each task waits (from when
 // the pool accepts it to when a worker starts it) and runs, and sum them up in
 // [Status] (Wait and Run), for the pool and for each sub-pool. It costs three
@@ -120,6 +139,8 @@ type config struct {
 	panicHandler func(*PanicError)
 	timings      bool             // WithTaskTimings
 	observer     func(TaskTiming) // WithTaskObserver
+	noRecovery   bool             // WithoutPanicRecovery
+	logger       *slog.Logger     // WithLogger
 }
 
 // newConfig applies opts and panics, as New documents, on a configuration
@@ -148,7 +169,13 @@ func newConfig(maxWorkers int, opts []Option) config {
 		c.idleTimeout = DefaultIdleTimeout
 	}
 	if c.panicHandler == nil {
-		c.panicHandler = logPanic
+		logger := c.logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		c.panicHandler = func(pe *PanicError) {
+			logger.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))
+		}
 	}
 	return c
 }
@@ -168,7 +195,3 @@ func (c *config) outboxDepth() int {
 
 const outboxDepth = 64
 
-// logPanic is the default panic handler.
-func logPanic(pe *PanicError) {
-	slog.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))
-}

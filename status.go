@@ -2,6 +2,8 @@ package workerpool
 
 import (
 	"fmt"
+	"strings"
+	"time"
 )
 
 // State is the life-cycle stage of a [Pool].
@@ -89,4 +91,25 @@ type Status struct {
 	// counted in both once it has ended.
 	Timed     bool
 	Wait, Run Timing
+}
+
+// String returns the snapshot in one line a log can hold: the state, the
+// workers, the tasks waiting and the counters, with how long tasks waited
+// and ran on average if they are timed; the buckets are left out.
+func (s Status) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: workers %d/%d (busy %d, peak %d), waiting %d (peak %d), submitted %d, completed %d",
+		s.State, s.Workers, s.MaxWorkers, s.Busy, s.PeakWorkers, s.Waiting, s.PeakWaiting, s.Submitted, s.Completed)
+	for _, c := range []struct {
+		name string
+		n    uint64
+	}{{"panicked", s.Panicked}, {"rejected", s.Rejected}, {"abandoned", s.Abandoned}, {"canceled", s.Canceled}} {
+		if c.n > 0 {
+			fmt.Fprintf(&b, ", %s %d", c.name, c.n)
+		}
+	}
+	if s.Timed && s.Run.Count > 0 {
+		fmt.Fprintf(&b, ", mean wait %v, run %v", s.Wait.Total/time.Duration(max(s.Wait.Count, 1)), s.Run.Total/time.Duration(s.Run.Count))
+	}
+	return b.String()
 }

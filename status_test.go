@@ -692,3 +692,24 @@ func TestPeakWaitingReachesEveryTaskThatWaited(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusStringIsOneLineALogCanHold: Status prints as one line with
+// the state, the workers, the waiting tasks and the counters that are not
+// zero, and no buckets, also under %+v (issue 36: two 27-bucket arrays).
+func TestStatusStringIsOneLineALogCanHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithTaskTimings(), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
+		require.NoError(t, p.SubmitWait(func() { time.Sleep(time.Millisecond) }))
+		require.NoError(t, p.Submit(func() { panic("x") }))
+		synctest.Wait()
+		s := p.Status()
+		line := fmt.Sprintf("%+v", s)
+		assert.Equal(t, s.String(), line)
+		assert.NotContains(t, line, "\n")
+		assert.NotContains(t, line, "Buckets")
+		assert.Contains(t, line, "running: workers 1/2 (busy 0, peak 1), waiting 0 (peak 0), submitted 2, completed 2, panicked 1")
+		assert.Contains(t, line, "mean wait 0s, run 500µs")
+		p.StopWait()
+		assert.Contains(t, p.Status().String(), "stopped: workers 0/2")
+	})
+}

@@ -41,7 +41,9 @@ func (s *state) runWorker(w *worker, e entry, how start) {
 	}
 	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if s.cfg.noRecovery {
+			// A task's panic goes on up, and ends the program.
+		} else if v := recover(); v != nil {
 			// The panic handler panicked (a task's own panic is recovered
 			// in run). That ends the program; until it has, this worker
 			// must not count as exited, or StopWait could return, and the
@@ -161,7 +163,9 @@ func (s *state) run(h *entry, w *worker, l *lane) {
 	var notRun error
 	defer func() {
 		var pe *PanicError
-		if v := recover(); v != nil {
+		if s.cfg.noRecovery {
+			// A panic goes on up, past this: the task counts as done.
+		} else if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
 		} else if notRun != nil && handler {
 			pe = &PanicError{Value: notRun} // not a panic: not counted as one
@@ -403,6 +407,9 @@ func (s *state) closeLocals(w *worker) {
 		w.locals.values = w.locals.values[1:]
 		func() {
 			defer func() {
+				if s.cfg.noRecovery {
+					return // a close's panic goes on up, as a task's does
+				}
 				if r := recover(); r != nil {
 					s.cfg.panicHandler(&PanicError{Value: r, Stack: debug.Stack()})
 				}

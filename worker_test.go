@@ -1,10 +1,12 @@
 package workerpool_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -211,12 +213,88 @@ var crashPrograms = map[string]func(){
 	},
 }
 
+// noRecoveryPrograms are programs whose task panics in a pool made with
+// WithoutPanicRecovery.
+var noRecoveryPrograms = map[string]func(){
+	"on a worker": func() {
+		p := workerpool.New(1, workerpool.WithoutPanicRecovery())
+		_ = p.Submit(taskThatPanics)
+		p.StopWait()
+	},
+	"in a SubmitWait": func() {
+		p := workerpool.New(1, workerpool.WithoutPanicRecovery())
+		_ = p.SubmitWait(taskThatPanics)
+		p.StopWait()
+	},
+}
+
+func taskThatPanics() { panic("boom from the task") }
+
 func TestMain(m *testing.M) {
 	if name := os.Getenv(crashEnv); name != "" {
-		crashPrograms[name]()
+		if f, ok := noRecoveryPrograms[name]; ok {
+			f()
+		} else {
+			crashPrograms[name]()
+		}
 		os.Exit(0) // not reached if the program crashed as it should
 	}
 	os.Exit(m.Run())
+}
+
+// TestWithoutPanicRecoveryATasksPanicCrashesTheProgramWithItsStack: with
+// WithoutPanicRecovery, a task's panic is not recovered: the program
+// crashes with the panic's value and the task's own frames, as without a
+// pool, whether or not a SubmitWait waits for it.
+func TestWithoutPanicRecoveryATasksPanicCrashesTheProgramWithItsStack(t *testing.T) {
+	for name := range noRecoveryPrograms {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), crashEnv+"="+name)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the program did not crash:\n%s", out)
+			assert.Equal(t, 2, exit.ExitCode())
+			assert.Contains(t, string(out), "panic: boom from the task")
+			assert.Contains(t, string(out), "workerpool_test.taskThatPanics", "the task's own frame")
+			assert.NotContains(t, string(out), "PanicError")
+		})
+	}
+}
+
+// TestWithoutPanicRecoveryACallerRunsPanicReachesTheSubmitter: under
+// CallerRuns the task runs in its submitter, so its panic goes up to the
+// caller of Submit, which may recover it; the pool goes on.
+func TestWithoutPanicRecoveryACallerRunsPanicReachesTheSubmitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithoutPanicRecovery(), workerpool.WithMaxWaiting(1), workerpool.WithOverflow(workerpool.CallerRuns))
+		block := make(chan struct{})
+		for range 2 { // one running, one waiting: the queue is full
+			require.NoError(t, p.Submit(func() { <-block }))
+		}
+		synctest.Wait()
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = p.Submit(taskThatPanics)
+		}()
+		assert.Equal(t, "boom from the task", got)
+		close(block)
+		p.StopWait()
+		assert.Equal(t, workerpool.Stopped, p.Status().State)
+	})
+}
+
+// TestWithLoggerTheDefaultHandlerLogsThere: the default panic handler logs
+// a task's panic, with its stack, to the logger WithLogger gives.
+func TestWithLoggerTheDefaultHandlerLogsThere(t *testing.T) {
+	var buf bytes.Buffer
+	p := workerpool.New(1, workerpool.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	require.NoError(t, p.Submit(taskThatPanics))
+	p.StopWait()
+	assert.Contains(t, buf.String(), "level=ERROR")
+	assert.Contains(t, buf.String(), `msg="workerpool: task panicked" panic="boom from the task"`)
+	assert.Contains(t, buf.String(), "taskThatPanics", "the stack")
 }
 
 func TestAPanickingPanicHandlerCrashesTheProgram(t *testing.T) {
