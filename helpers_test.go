@@ -187,7 +187,7 @@ func poolGoroutines(before ...map[string]bool) []string {
 		if id, _, _ := strings.Cut(g, " ["); len(before) > 0 && before[0][id] {
 			continue
 		}
-		for _, code := range []string{"created by github.com/dispatchkit/workerpool.", "workerpool.(*Pool).runWorker", "workerpool.(*dispatcher).run", "workerpool.(*Pool).clock", "workerpool.(*dispatcher).watchDeadline"} {
+		for _, code := range []string{"created by github.com/dispatchkit/workerpool.", "workerpool.(*state).runWorker", "workerpool.(*loop).run", "workerpool.(*state).reapClock"} {
 			if strings.Contains(g, code) {
 				out = append(out, g)
 				break

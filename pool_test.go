@@ -791,3 +791,41 @@ func TestShutdownWithANilContextPanicsNamingItAndStopsNothing(t *testing.T) {
 	assert.False(t, p.Stopped())
 	assert.NoError(t, p.SubmitWait(func() {}), "the pool still runs tasks")
 }
+
+// TestAPoolDroppedUnstoppedLeavesNoGoroutine: a thousand pools, each given
+// tasks and dropped without a stop, leave no goroutine once the garbage
+// collector has found them: each is stopped as StopWait would be, and runs
+// what it was given first. (Issue 36: each unstopped pool kept its loop
+// and its reaping clock for ever.) The collector runs when it will, so the
+// test polls, for at most ten seconds.
+func TestAPoolDroppedUnstoppedLeavesNoGoroutine(t *testing.T) {
+	before := poolGoroutineIDs()
+	var ran atomic.Int64
+	for range 1000 {
+		p := workerpool.New(4, workerpool.WithMinWorkers(1))
+		for range 3 {
+			require.NoError(t, p.Submit(func() { ran.Add(1) })) // the task does not refer to p
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && (len(poolGoroutines(before)) > 0 || ran.Load() < 3000) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Equal(t, int64(3000), ran.Load(), "every task given ran")
+	assert.Empty(t, poolGoroutines(before), "the dropped pools' goroutines")
+}
+
+// TestAPoolKeptByItsSubpoolIsNotStopped: a sub-pool keeps its pool: a
+// program that keeps only the sub-pool still submits to it, however often
+// the collector runs.
+func TestAPoolKeptByItsSubpoolIsNotStopped(t *testing.T) {
+	s := func() *workerpool.Subpool { return workerpool.New(2).Subpool("kept", 1) }()
+	for range 5 {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, s.SubmitWait(func() {}))
+	assert.Equal(t, workerpool.Running, s.Status().State)
+	s.Stop()
+}
