@@ -17,9 +17,10 @@ import "context"
 //     stop that drops fn before it starts, gives [ErrStopped]; a nil fn,
 //     [ErrNilTask].
 //
-// fn runs on a worker, never in the caller: under [CallerRuns], a full
-// queue makes Call wait for room (or for ctx), as under [Block]. On a
-// sub-pool it counts against the sub-pool's limit. Everything fn did
+// fn runs on a worker, never in the caller: a full queue makes Call wait
+// for room (or for ctx) under [Block] and under [CallerRuns], and return
+// [ErrQueueFull] at once under [Reject], as [Go] does. On a sub-pool it
+// counts against the sub-pool's limit. Everything fn did
 // happens before Call returns its result; after ctx.Err(), nothing is
 // promised about fn, which may still run.
 //
@@ -48,7 +49,11 @@ func call[T any](ctx context.Context, s Submitter, c *callTask[T]) (T, error) {
 		return zero, err
 	}
 	c.done = make(chan struct{})
-	if err := submitWaiter(s, ctx, c, Block); err != nil {
+	overflow := p.cfg.overflow
+	if overflow == CallerRuns {
+		overflow = Block // fn runs on a worker
+	}
+	if err := submitWaiter(s, ctx, c, overflow); err != nil {
 		return zero, err
 	}
 	select {

@@ -485,3 +485,43 @@ func TestCallWithANilContextOrSubmitterPanicsNamingIt(t *testing.T) {
 	}
 	assert.Zero(t, p.Status().Submitted)
 }
+
+// TestCallUnderRejectReturnsErrQueueFullAtOnce: under Reject a Call whose
+// fn finds the bounded queue full returns ErrQueueFull at once, as Go
+// does; under Block it waits for room, and under CallerRuns too, as fn
+// runs on a worker. (Issue 35: a Call under Reject waited.)
+func TestCallUnderRejectReturnsErrQueueFullAtOnce(t *testing.T) {
+	for _, o := range []workerpool.Overflow{workerpool.Reject, workerpool.Block, workerpool.CallerRuns} {
+		t.Run(o.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(o))
+				block := make(chan struct{})
+				for range 2 { // one running, one waiting: the queue is full
+					require.NoError(t, p.Submit(func() { <-block }))
+				}
+				synctest.Wait()
+				done := make(chan error, 1)
+				go func() {
+					_, err := workerpool.Call(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+					done <- err
+				}()
+				synctest.Wait()
+				if o == workerpool.Reject {
+					assert.ErrorIs(t, <-done, workerpool.ErrQueueFull)
+					assert.Equal(t, uint64(1), p.Status().Rejected)
+				} else {
+					select {
+					case err := <-done:
+						t.Fatalf("returned %v while the queue was full", err)
+					default:
+					}
+				}
+				close(block)
+				if o != workerpool.Reject {
+					assert.NoError(t, <-done)
+				}
+				p.StopWait()
+			})
+		})
+	}
+}

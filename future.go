@@ -31,7 +31,7 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// Go submits fn to p as [Pool.Submit] does and returns a Future for its
+// Go submits fn to s as [Pool.Submit] does and returns a Future for its
 // result. Go blocks only as Submit would: while a bounded queue is full
 // under the [Block] policy. If p does not accept fn, the Future is already
 // done and its Wait returns that error: [ErrStopped], [ErrQueueFull] under

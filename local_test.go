@@ -866,3 +866,42 @@ func TestAStopFromALocalsOpenIsWaitedForOutside(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalSubmitFollowsTheOverflowPolicy: Local.Submit on a full bounded
+// queue returns ErrQueueFull at once under Reject, and waits for room under
+// Block and under CallerRuns, as its task needs a worker's state. Break 5
+// of issue 35: under Reject it waited.
+func TestLocalSubmitFollowsTheOverflowPolicy(t *testing.T) {
+	x := workerpool.NewLocal(func() (int, error) { return 1, nil }, nil)
+	for _, o := range []workerpool.Overflow{workerpool.Reject, workerpool.Block, workerpool.CallerRuns} {
+		t.Run(o.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1, workerpool.WithMaxWaiting(1), workerpool.WithOverflow(o))
+				block := make(chan struct{})
+				for range 2 { // one running, one waiting: the queue is full
+					require.NoError(t, p.Submit(func() { <-block }))
+				}
+				synctest.Wait()
+				var ran atomic.Bool
+				done := make(chan error, 1)
+				go func() { done <- x.Submit(p, func(int) { ran.Store(true) }) }()
+				synctest.Wait()
+				if o == workerpool.Reject {
+					assert.ErrorIs(t, <-done, workerpool.ErrQueueFull)
+				} else {
+					select {
+					case err := <-done:
+						t.Fatalf("returned %v while the queue was full", err)
+					default:
+					}
+				}
+				close(block)
+				if o != workerpool.Reject {
+					assert.NoError(t, <-done)
+				}
+				p.StopWait()
+				assert.Equal(t, o != workerpool.Reject, ran.Load())
+			})
+		})
+	}
+}

@@ -7,7 +7,7 @@ import "context"
 // each item; two keep the next item queued behind every running one.
 const mapWindow = 2
 
-// Map calls fn on every item on p's workers and returns the results in the
+// Map calls fn on every item on s's workers and returns the results in the
 // order of items. fn gets a context that is cancelled when an item fails
 // (returns an error or panics) or when ctx is done.
 //

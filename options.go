@@ -194,4 +194,3 @@ func (c *config) outboxDepth() int {
 }
 
 const outboxDepth = 64
-

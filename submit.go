@@ -23,7 +23,7 @@ type Submitter interface {
 
 func (p *Pool) target() (*state, *lane) { return p.s, nil }
 
-// Submit queues task to run on a worker and returns without waiting for it.
+// Submit queues fn to run on a worker and returns without waiting for it.
 // Tasks are handed to workers in the order the pool accepted them; with
 // more than one worker, a later task may start before an earlier one has.
 // While sub-pools have tasks waiting too, the pool's own tasks take turns
