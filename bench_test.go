@@ -148,6 +148,14 @@ func BenchmarkStartStop(b *testing.B) {
 			p.Stop()
 		}
 	})
+	b.Run("New+StopWait", func(b *testing.B) {
+		b.ReportAllocs()
+		reportCPU(b)
+		for range b.N {
+			p := workerpool.New(8)
+			p.StopWait()
+		}
+	})
 	b.Run("MinWorkers=4/New+StopWait", func(b *testing.B) {
 		b.ReportAllocs()
 		reportCPU(b)
