@@ -233,20 +233,32 @@ func (p *Pool) StopWait() {
 	s.waitStopped(inside)
 }
 
-// Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
-// runs the queued ones until ctx is done. Then it drops the rest, as
-// [Pool.Stop] does, and with a ctx that is already done none starts at
-// all. The tasks that start are, in each queue, the first ones the pool
-// accepted, but for those a busy key held back; a task a worker takes just
-// as ctx is done may start just after. Either way Shutdown waits for the
-// running tasks and returns once every goroutine the pool started has
-// finished, as Stop does.
+// Shutdown is [Pool.StopWait] with a deadline: it accepts no more tasks
+// and runs the queued ones until ctx is done, then drops those that have
+// not started, as [Pool.Stop] does. Either way it waits for the running
+// tasks, and returns once every goroutine the pool started has finished.
+// With a ctx that is already done, no queued task starts: on a signal,
+// give Shutdown a fresh ctx with a timeout, not the one the signal
+// cancelled.
 //
-// Shutdown returns nil, nil if no accepted task was dropped, however late
-// it returns. If tasks were dropped, it returns the dropped fire-and-forget
-// tasks (unless another Stop or Shutdown call got them first, see
-// [Pool.Stop]) and ctx.Err(), or [ErrStopped] if ctx is not done: then a
-// concurrent Stop, or another Shutdown's deadline, dropped them.
+// If no accepted task was dropped, Shutdown returns nil, nil, however late
+// it returns. Otherwise its error is ctx.Err(), or [ErrStopped] if ctx is
+// not done (a concurrent Stop, or another Shutdown's deadline, dropped the
+// tasks), and of the dropped tasks:
+//   - Those no caller waits for come back in the slice, in the order the
+//     pool accepted them: the tasks of Submit, SubmitContext, TrySubmit and
+//     SubmitKey, of the pool and its sub-pools, and of [Local.Submit]. They
+//     are opaque funcs: run them elsewhere, or count or log them. Only the
+//     first Stop or Shutdown to return gets them; the others get nil.
+//   - The others go to their waiters as ErrStopped: [Pool.SubmitWait],
+//     [Future.Wait], [Call] and [CallWith] return it, a [Group] and [Map]
+//     take it as their error if it is the first, and each dropped item of
+//     [MapSeq] yields it. So the slice is empty if every dropped task had a
+//     waiter.
+//
+// Of each queue, the tasks that start are the first ones the pool
+// accepted, but for those a busy key held back; a task a worker takes just
+// as ctx is done may start just after.
 //
 // Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
