@@ -3,6 +3,7 @@ package workerpool_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,9 @@ func ExamplePool_SubmitKey() {
 			h := history[a]
 			// No lock: tasks with key a never overlap, and they start in
 			// this order.
-			p.SubmitKey(a, func() { *h = append(*h, i) })
+			if err := p.SubmitKey(a, func() { *h = append(*h, i) }); err != nil {
+				log.Fatal(err)
+			}
 		}
 	}
 

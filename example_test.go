@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/dispatchkit/workerpool"
@@ -14,7 +15,9 @@ func Example() {
 
 	squares := make([]int, 10)
 	for i := range squares {
-		p.Submit(func() { squares[i] = i * i })
+		if err := p.Submit(func() { squares[i] = i * i }); err != nil {
+			log.Fatal(err) // ErrStopped, ErrNilTask, or ErrQueueFull under Reject
+		}
 	}
 
 	p.StopWait() // run everything submitted, then release the workers
@@ -51,15 +54,22 @@ func ExamplePool_Shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 
-	// A slow task holds the only worker until the deadline.
-	p.Submit(func() { <-ctx.Done() })
-	// Three more tasks wait behind it.
+	// A slow task holds the only worker until the deadline; three more
+	// wait behind it.
+	tasks := []func(){func() { <-ctx.Done() }}
 	for i := range 3 {
-		p.Submit(func() { fmt.Println("task", i) })
+		tasks = append(tasks, func() { fmt.Println("task", i) })
+	}
+	for _, task := range tasks {
+		if err := p.Submit(task); err != nil {
+			log.Fatal(err)
+		}
 	}
 
 	// Shutdown waits for the slow task, but the deadline passes first: the
-	// tasks that never started come back, to run elsewhere or save.
+	// tasks that never started come back. They are opaque funcs: run them
+	// elsewhere, or count or log them. (A task someone waits for, as with
+	// SubmitWait or Call, goes to its waiter as ErrStopped instead.)
 	left, err := p.Shutdown(ctx)
 	fmt.Printf("%d tasks not started: %v\n", len(left), err)
 	for _, task := range left {
@@ -78,14 +88,23 @@ func ExampleWithMaxWaiting() {
 	p := workerpool.New(1, workerpool.WithMaxWaiting(2))
 
 	release := make(chan struct{})
-	p.Submit(func() { <-release }) // holds the only worker
-	p.Submit(func() { fmt.Println("task 1") })
-	p.Submit(func() { fmt.Println("task 2") })
+	for _, task := range []func(){
+		func() { <-release }, // holds the only worker
+		func() { fmt.Println("task 1") },
+		func() { fmt.Println("task 2") },
+	} {
+		if err := p.Submit(task); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	fmt.Println("TrySubmit:", p.TrySubmit(func() { fmt.Println("never runs") }))
 
-	go close(release)                          // the worker frees up soon
-	p.Submit(func() { fmt.Println("task 3") }) // waits until there is room
+	go close(release) // the worker frees up soon
+	// Submit waits until there is room.
+	if err := p.Submit(func() { fmt.Println("task 3") }); err != nil {
+		log.Fatal(err)
+	}
 	p.StopWait()
 	// Output:
 	// TrySubmit: workerpool: waiting queue is full
@@ -101,7 +120,9 @@ func ExampleWithOverflow() {
 		workerpool.WithOverflow(workerpool.Reject))
 
 	release := make(chan struct{})
-	p.Submit(func() { <-release }) // holds the only worker
+	if err := p.Submit(func() { <-release }); err != nil { // holds the only worker
+		log.Fatal(err)
+	}
 	for i := range 3 {
 		fmt.Println("submit", i, "->", p.Submit(func() {}))
 	}
@@ -118,9 +139,13 @@ func ExampleWithOverflow() {
 func ExamplePool_Status() {
 	p := workerpool.New(4, workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 	for range 10 {
-		p.Submit(func() {})
+		if err := p.Submit(func() {}); err != nil {
+			log.Fatal(err)
+		}
 	}
-	p.Submit(func() { panic("oops") })
+	if err := p.Submit(func() { panic("oops") }); err != nil {
+		log.Fatal(err)
+	}
 	p.StopWait()
 
 	s := p.Status()

@@ -33,7 +33,7 @@ var closedChan = func() chan struct{} {
 
 // Go submits fn to s as [Pool.Submit] does and returns a Future for its
 // result. Go blocks only as Submit would: while a bounded queue is full
-// under the [Block] policy. If p does not accept fn, the Future is already
+// under the [Block] policy. If s does not accept fn, the Future is already
 // done and its Wait returns that error: [ErrStopped], [ErrQueueFull] under
 // [Reject], or [ErrNilTask] for a nil fn. Under [CallerRuns] a full queue
 // makes Go run fn itself before returning.

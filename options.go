@@ -121,7 +121,7 @@ func WithTaskTimings() Option {
 // at the same time run concurrently. f must be quick and must not block:
 // its worker runs no task until f returns. It must not call the pool's
 // methods that wait for tasks (SubmitWait, Call, ...), which can deadlock;
-// Stop, StopWait and Shutdown it may call (see Shutdown in the package
+// Stop, StopWait and Shutdown it may call (see Stopping in the package
 // doc). A nil f sets no observer.
 func WithTaskObserver(f func(TaskTiming)) Option {
 	return func(c *config) {

@@ -1,194 +1,70 @@
 // Package workerpool runs func() tasks on a bounded, self-sizing set of
 // worker goroutines.
 //
-// A [Pool] starts workers as tasks arrive, up to a maximum, queues the tasks
-// that find every worker busy, and stops workers that stay idle.
+// [New] makes a [Pool] that starts workers as tasks arrive, up to a
+// maximum, queues the tasks that find every worker busy, and lets workers
+// that stay idle exit. [Pool.Submit] queues a task; [Pool.SubmitWait] also
+// waits for it. Stop the pool when done:
 //
 //	p := workerpool.New(8)
 //	for _, job := range jobs {
-//		p.Submit(func() { process(job) })
+//		if err := p.Submit(func() { process(job) }); err != nil {
+//			return err
+//		}
 //	}
 //	p.StopWait() // run everything submitted, then release the workers
 //
-// [Pool.SubmitWait] waits for its task; [Go] returns a [Future] for a
-// task's result; [Call] returns a result unless a context cuts it short; a
-// [Group] collects the first error of related tasks, as errgroup does;
-// [Map] runs a func on every item of a slice. A [Subpool] gives one kind of
-// work its own limit on the pool's workers, [Pool.SubmitKey] keeps the
-// tasks of one key in order, one at a time, and a [Local] gives each
-// worker a state of its own.
+// A submission fails with [ErrStopped] once the pool is stopping and with
+// [ErrNilTask] for a nil func. If [WithMaxWaiting] bounds the queue, a
+// submission to a full one waits for room ([Block], the default), fails
+// with [ErrQueueFull] ([Reject]) or runs the task itself ([CallerRuns]), as
+// [WithOverflow] says; [Pool.TrySubmit] never waits, and
+// [Pool.SubmitContext] gives up when its context is done.
 //
-// # Design
+// # Stopping
 //
-// One dispatcher goroutine owns the pool's structure: the waiting tasks and
-// the count of workers. Submitters hand it tasks over an unbuffered channel,
-// so a task is accepted exactly when the dispatcher takes it. Workers wait
-// for tasks on a second channel, longest idle first, whose small buffer
-// (the hand-off buffer) lets a worker that comes free take its next task
-// without waiting for the dispatcher. What goes through it is a slot of a
-// ring, which holds the task, and a number: the worker that receives it
-// claims it with one compare-and-swap, and the dispatcher, to take it back
-// (to pause, stop, or give another queue its turn), revokes it with
-// another; one of the two wins. The dispatcher gives a task to an idle
-// worker if there is one, else starts a worker if fewer than the maximum
-// exist, else queues it. Which queued task goes next is decided by a
-// scheduler of plain data, which the dispatcher asks and which never acts.
+// [Pool.StopWait] runs every task accepted. [Pool.Stop] lets running tasks
+// finish and drops the rest: it returns the dropped tasks that no caller
+// waits for (those of Submit, SubmitContext, TrySubmit, SubmitKey and
+// [Local.Submit]), in the order the pool accepted them; the others go to
+// their waiters as [ErrStopped]. [Pool.Shutdown] is
+// StopWait until its context is done, then Stop: give it a context of its
+// own, not one a signal has already cancelled. All three may be called
+// more than once, concurrently, and from a task of the pool.
 //
-// The waiting queue is unbounded unless [WithMaxWaiting] bounds it; then
-// [WithOverflow] chooses what a submission to a full queue does: wait
-// ([Block], the default), fail with [ErrQueueFull] ([Reject]) or run in the
-// caller ([CallerRuns]).
+// # Results, sub-pools and keys
 //
-// # Order
+// [Go] returns a [Future] for a func's result. [Call] waits for one unless
+// its context is done first, and a func not yet started then leaves the
+// queue. A [Group] collects the first error of related tasks, as errgroup
+// does. [Map] runs a func on every item of a slice and fails fast; [MapSeq]
+// yields every item's result or error, in order. A panic comes back to the
+// task's waiter as a [*PanicError], or goes to the panic handler
+// ([WithPanicHandler]).
 //
-// The pool has a queue of its own, and each sub-pool one. Within a queue,
-// tasks are handed to workers in the order the pool accepted them, except
-// that a task whose key is busy (a task with the same key is running)
-// waits for it; the queue's other tasks, keyed or not, do not. While a busy
-// key holds a task back, the tasks behind it go only to a free worker,
-// never to wait ahead of it, so that once its key is free it goes next.
-// When several queues have a task that may start, they take turns, round
-// robin, as workers come free; a sub-pool at its limit is passed over,
-// keeping its place, until one of its tasks ends. The dispatcher hands the
-// next tasks out ahead of the workers, to the buffer, in the order of their
-// turns, and takes back those no worker has taken when the turns change:
-// when a task comes to a queue that had none waiting, it goes after one
-// turn of each queue already waiting; a sub-pool freed from its limit, or
-// whose tasks all waited for a busy key, takes its place back. The tasks
-// that workers had taken by then (at most one each, and those they take in
-// the moment before the dispatcher sees the change) start first. With more
-// than one worker, a task may of course start before an earlier one has:
-// a worker handed a task may wait for a processor while the others run
-// many.
+// [Pool.Subpool] returns the sub-pool of a name, a queue whose tasks use at
+// most its limit of the pool's workers; as workers come free the queues
+// take turns, so a flood in one holds up no other. [Pool.SubmitKey] runs
+// the tasks of a key one at a time, in the order submitted. A [Local]
+// gives each worker a state of its own, such as a connection.
 //
-// # Shutdown
+// # Promises
 //
-// A pool must be stopped to release its goroutines. [Pool.StopWait] runs
-// everything already submitted and waits; [Pool.Stop] lets running tasks
-// finish, drops the queue and returns the dropped tasks, of every queue, in
-// the order the pool accepted them; [Pool.Shutdown] is StopWait with a
-// deadline, after which it acts as Stop. All three are safe to call more
-// than once and concurrently with each other and with submissions; Stop
-// during a StopWait makes both return early. Once any of them has taken
-// effect, at the latest when it returns, every submission fails with
-// [ErrStopped], and a [Pool.SubmitWait] whose task was dropped returns
-// ErrStopped. When they return, every goroutine the pool started has
-// exited, or has at most its return left to do.
+//   - At most the maximum of tasks run at once, and at most a sub-pool's
+//     limit of its tasks. Each queue hands tasks out in the order it
+//     accepted them, but for those whose key is busy.
+//   - Every accepted task runs once, is returned by Stop or Shutdown, or
+//     its waiter gave up on it or learns that it did not run.
+//   - A task's recovered panic, or its [runtime.Goexit], costs the pool no
+//     worker.
+//   - When Stop, StopWait or Shutdown returns, every goroutine the pool
+//     started has exited (called from a task: all but its worker).
+//   - [Pool.Status] never waits for the pool.
+//   - Misuse, such as an impossible configuration or a nil context, panics
+//     at once with a message that starts "workerpool: " and names the call.
 //
-// Called by one of the pool's own workers (in a task, the panic handler,
-// the task observer, or a [Local]'s open or close), Stop, StopWait and
-// Shutdown do the same, but do not wait for that worker, which would wait
-// for itself: they return once every other goroutine the pool started has
-// exited, but workers that wait in a sub-pool's Stop or StopWait for a task
-// that waits so (see [Subpool.Stop]), and the worker exits once it returns
-// to the pool. Called elsewhere meanwhile, they wait for those workers
-// too: for the rest of their tasks. While it waits, the worker does not
-// count against the maximum (nor against a Resize that lowers it): the
-// pool may start a worker in its place, so that StopWait from the pool's
-// only worker still runs the queue. But a task keeps its sub-pool's place
-// and its key while it waits, and a sub-pool's Stop or StopWait returns
-// once it has ended. So if every task still running waits so, or waits in
-// a sub-pool's Stop or StopWait for such tasks, and every queued task
-// waits for one of them to end (for its sub-pool's place, or its key), no
-// queued task can ever start: the pool drops them, as Stop does (they
-// count as Abandoned, a SubmitWait whose task it drops returns
-// ErrStopped, and Shutdown returns them with ErrStopped), rather than
-// wait for ever. Telling the pool's workers from other goroutines costs
-// these calls a read of their caller's stack trace, a few microseconds.
-//
-// Other calls that wait for the pool can deadlock from inside a task of the
-// same pool: the task waits for the pool, and the pool for the task.
-// SubmitWait, Call, a Future's Wait, a Group's Wait, Map, and a sub-pool's
-// Stop or StopWait, when every worker is busy with tasks that wait so;
-// Pause with a ctx that is never done; a Submit when the queue is bounded
-// and the policy is [Block], and a SubmitKey or a sub-pool's submission
-// under any policy of a bounded queue.
-//
-// # Panics
-//
-// A task that panics does not take its worker down: the pool recovers the
-// panic as a [*PanicError] with the stack, and either returns it from
-// SubmitWait or passes it to the panic handler (see [WithPanicHandler]),
-// which by default logs it. A task that calls [runtime.Goexit] likewise
-// costs no capacity; but a task that [CallerRuns] runs in its submitter
-// ends the submitter's goroutine if it calls Goexit, so that its Submit
-// never returns. A panic in the panic handler ends the program, wherever
-// the task ran. The pool itself panics only on a programming error, at
-// once, with a message that starts "workerpool: " and names the function:
-// an impossible configuration in [New], a [Pool.Resize] to an impossible
-// size, or a nil context, [Submitter] or [Local]. A nil task is not one
-// of them: it is refused with [ErrNilTask].
-//
-// # Idle workers
-//
-// A worker idle for the idle timeout ([WithIdleTimeout], [DefaultIdleTimeout]
-// by default; negative: never) exits between one and two timeouts after it
-// went idle. The longest-idle worker takes the next task, so a load spread
-// over more workers than it needs keeps them all in use until it drops.
-// [WithMinWorkers] starts that many workers in New and keeps them; the
-// reaping clock runs only while there are more. A worker busy in a panic
-// handler is not reaped, though [Status] counts it Idle: its task has
-// completed. [Pool.Pause] holds the queue until its context is done, and
-// [Pool.Resize] changes the maximum: surplus workers exit as their tasks end.
-//
-// # Sub-pools and keys
-//
-// [Pool.Subpool] makes a queue of its own with a limit: at most that many
-// of its tasks run at once, on the pool's workers. When a worker comes
-// free, the queues with a task that may start take turns (see Order), so a
-// flood in one does not hold up the others. A sub-pool's task never runs
-// in its submitter: under CallerRuns it waits for room. [Subpool.Stop] and
-// [Subpool.StopWait] stop it alone, and wait only for its own tasks.
-// [Pool.SubmitKey] (and [Subpool.SubmitKey]) runs the tasks of one key one at
-// a time, in the order submitted; tasks with other keys run alongside. Once
-// a key's last task has ended, the pool keeps nothing of it but a line in a
-// small cache of unused ones.
-//
-// # Futures, Groups, Map and Call
-//
-// [Go] submits a func with a result and returns a [Future]; [Pool.Group]
-// (or [Subpool.Group]) collects the first error of related tasks, cancels
-// their context, and skips the tasks no worker has taken once it is done;
-// [Map] runs a func on every item of a slice, at most twice the pool's (or
-// sub-pool's) size at a time, and returns the results in input order.
-// [Call] runs a func unless its context is done first: a call whose
-// context ends while it waits leaves the queue at once and is counted
-// Canceled; one whose context ends while it runs returns at once, and the
-// worker stays Busy until the func returns. Each reports a panic as a
-// [*PanicError] and a stopped pool as [ErrStopped].
-//
-// # Per-worker state
-//
-// A [Local] holds a state per worker, such as a connection or a scratch
-// buffer: [NewLocal] takes the funcs that open and close it. A worker opens
-// its state before its first task that asks for it ([CallWith],
-// [Local.Submit]), hands it to each task it runs, one at a time, and closes
-// it when it exits, whatever the reason: idle, Resize, Stop, StopWait or
-// Shutdown. A failed open goes to the task's waiter (or the panic handler)
-// and the pool keeps working. So the states follow the workers down when
-// idle ones are reaped.
-//
-// # Observability
-//
-// [Pool.Status] and [Subpool.Status] read counters and gauges without
-// waiting for the dispatcher; at rest, Submitted = Completed + Abandoned +
-// Canceled + Waiting + Busy. [WithTaskTimings] adds how long tasks waited and
-// ran, and [WithTaskObserver] hands each task's timing to a func. The
-// module github.com/dispatchkit/workerpool/prom exports all of it to
-// Prometheus.
-//
-// # Costs
-//
-// A Submit of a prepared func allocates nothing; SubmitWait allocates one
-// waiter, Go the Future, Call its record and a channel, Group.Go one task,
-// and Map nothing per item. A waiting task costs 12 bytes of queue beyond
-// its closure, 16 with task timings, however the tasks of its queue and
-// others' interleave; a queue grows by doubling, so it may hold as much
-// again in spare room. A sub-pool's tasks and keyed tasks cost a report to
-// the dispatcher when they end; other tasks do not. Turns cost the same
-// however many sub-pools there are. Timings cost three clock reads per
-// task, and nothing when off. The README and benchmarks/RESULTS.md give the
-// measured figures.
+// The repository's docs/guarantees.md lists every promise with its tests;
+// docs/design.md explains how the pool works inside.
 package workerpool
 
 import (
@@ -357,20 +233,32 @@ func (p *Pool) StopWait() {
 	s.waitStopped(inside)
 }
 
-// Shutdown is [Pool.StopWait] bounded by ctx: it accepts no more tasks and
-// runs the queued ones until ctx is done. Then it drops the rest, as
-// [Pool.Stop] does, and with a ctx that is already done none starts at
-// all. The tasks that start are, in each queue, the first ones the pool
-// accepted, but for those a busy key held back; a task a worker takes just
-// as ctx is done may start just after. Either way Shutdown waits for the
-// running tasks and returns once every goroutine the pool started has
-// finished, as Stop does.
+// Shutdown is [Pool.StopWait] with a deadline: it accepts no more tasks
+// and runs the queued ones until ctx is done, then drops those that have
+// not started, as [Pool.Stop] does. Either way it waits for the running
+// tasks, and returns once every goroutine the pool started has finished.
+// With a ctx that is already done, no queued task starts: on a signal,
+// give Shutdown a fresh ctx with a timeout, not the one the signal
+// cancelled.
 //
-// Shutdown returns nil, nil if no accepted task was dropped, however late
-// it returns. If tasks were dropped, it returns the dropped fire-and-forget
-// tasks (unless another Stop or Shutdown call got them first, see
-// [Pool.Stop]) and ctx.Err(), or [ErrStopped] if ctx is not done: then a
-// concurrent Stop, or another Shutdown's deadline, dropped them.
+// If no accepted task was dropped, Shutdown returns nil, nil, however late
+// it returns. Otherwise its error is ctx.Err(), or [ErrStopped] if ctx is
+// not done (a concurrent Stop, or another Shutdown's deadline, dropped the
+// tasks), and of the dropped tasks:
+//   - Those no caller waits for come back in the slice, in the order the
+//     pool accepted them: the tasks of Submit, SubmitContext, TrySubmit and
+//     SubmitKey, of the pool and its sub-pools, and of [Local.Submit]. They
+//     are opaque funcs: run them elsewhere, or count or log them. Only the
+//     first Stop or Shutdown to return gets them; the others get nil.
+//   - The others go to their waiters as ErrStopped: [Pool.SubmitWait],
+//     [Future.Wait], [Call] and [CallWith] return it, a [Group] and [Map]
+//     take it as their error if it is the first, and each dropped item of
+//     [MapSeq] yields it. So the slice is empty if every dropped task had a
+//     waiter.
+//
+// Of each queue, the tasks that start are the first ones the pool
+// accepted, but for those a busy key held back; a task a worker takes just
+// as ctx is done may start just after.
 //
 // Shutdown panics if ctx is nil: for no deadline, call StopWait.
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {

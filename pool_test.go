@@ -491,6 +491,91 @@ func TestShutdownReturnsCtxErrWhenItDroppedATask(t *testing.T) {
 	})
 }
 
+// TestShutdownReturnsTheTasksNoCallerWaitsForAndTellsTheOthersWaiters:
+// of the tasks a Shutdown drops, those no caller waits for come back in
+// its slice, in the order the pool accepted them, whatever call submitted
+// them (Submit, SubmitContext, TrySubmit, SubmitKey, a sub-pool's Submit,
+// Local.Submit); those of SubmitWait, Go, Call, Group.Go, Map and MapSeq
+// are not in it: each goes to its waiter as ErrStopped.
+func TestShutdownReturnsTheTasksNoCallerWaitsForAndTellsTheOthersWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		sub := p.Subpool("sub", 1)
+		local := workerpool.NewLocal(func() (int, error) { return 0, nil }, nil)
+		release := make(chan struct{})
+		require.NoError(t, p.Submit(func() { <-release })) // holds the only worker
+		synctest.Wait()
+
+		var came []string
+		back := func(name string) func() { return func() { came = append(came, name) } }
+		require.NoError(t, p.Submit(back("Submit")))
+		require.NoError(t, p.SubmitContext(context.Background(), back("SubmitContext")))
+		require.NoError(t, p.TrySubmit(back("TrySubmit")))
+		require.NoError(t, p.SubmitKey("k", back("SubmitKey")))
+		require.NoError(t, sub.Submit(back("Subpool.Submit")))
+		require.NoError(t, local.Submit(p, func(int) { came = append(came, "Local.Submit") }))
+
+		never := func() { t.Error("a dropped task ran") }
+		fn := func(context.Context, int) (int, error) { never(); return 0, nil }
+		told := map[string]chan error{}
+		wait := func(name string, f func() error) {
+			ch := make(chan error, 1)
+			told[name] = ch
+			go func() { ch <- f() }()
+			synctest.Wait()
+		}
+		wait("SubmitWait", func() error { return p.SubmitWait(never) })
+		future := workerpool.Go(p, func() (int, error) { never(); return 0, nil })
+		wait("Future.Wait", func() error { _, err := future.Wait(); return err })
+		wait("Call", func() error {
+			_, err := workerpool.Call(context.Background(), p, func(ctx context.Context) (int, error) { return fn(ctx, 0) })
+			return err
+		})
+		g := p.Group(context.Background())
+		g.Go(func(context.Context) error { never(); return nil })
+		wait("Group.Wait", g.Wait)
+		wait("Map", func() error { _, err := workerpool.Map(context.Background(), p, []int{1, 2}, fn); return err })
+		wait("MapSeq", func() error {
+			var errs []error
+			for _, err := range workerpool.MapSeq(context.Background(), p, []int{1, 2}, fn) {
+				errs = append(errs, err)
+			}
+			if len(errs) != 2 || !errors.Is(errs[0], workerpool.ErrStopped) || !errors.Is(errs[1], workerpool.ErrStopped) {
+				return fmt.Errorf("MapSeq yielded %v", errs)
+			}
+			return errs[0]
+		})
+
+		type result struct {
+			tasks []func()
+			err   error
+		}
+		shut := make(chan result)
+		go func() {
+			tasks, err := p.Shutdown(cancelled())
+			shut <- result{tasks, err}
+		}()
+		synctest.Wait()
+		close(release)
+		r := <-shut
+
+		assert.ErrorIs(t, r.err, context.Canceled)
+		for _, task := range r.tasks {
+			task()
+		}
+		assert.Equal(t, []string{"Submit", "SubmitContext", "TrySubmit", "SubmitKey", "Subpool.Submit", "Local.Submit"}, came)
+		for name, err := range told {
+			assert.ErrorIs(t, <-err, workerpool.ErrStopped, name)
+		}
+		assert.Equal(t, 1, g.Skipped())
+		// 6 returned; SubmitWait, Go, Call and Group.Go 1 each; Map and
+		// MapSeq 2 each. Map fails fast: its first item's ErrStopped
+		// cancels the second, counted Canceled.
+		st := p.Status()
+		assert.Equal(t, uint64(6+4+2+2), st.Abandoned+st.Canceled)
+	})
+}
+
 func TestShutdownReturnsNilWhenEverythingRanInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)

@@ -700,6 +700,7 @@ func TestStatusStringIsOneLineALogCanHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(2, workerpool.WithTaskTimings(), workerpool.WithPanicHandler(func(*workerpool.PanicError) {}))
 		require.NoError(t, p.SubmitWait(func() { time.Sleep(time.Millisecond) }))
+		synctest.Wait() // the worker parks, so the next task goes to it, not to a new one
 		require.NoError(t, p.Submit(func() { panic("x") }))
 		synctest.Wait()
 		s := p.Status()

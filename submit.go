@@ -30,8 +30,8 @@ func (p *Pool) target() (*state, *lane) { return p.s, nil }
 // with theirs (see [Pool.Subpool]).
 //
 // If the waiting queue is bounded and full, Submit waits for room, returns
-// [ErrQueueFull] or runs task itself, as [WithOverflow] says. It returns
-// [ErrNilTask] for a nil task and [ErrStopped] once the pool is stopping.
+// [ErrQueueFull] or runs fn itself, as [WithOverflow] says. It returns
+// [ErrNilTask] if fn is nil and [ErrStopped] once the pool is stopping.
 // Submitting a prepared func allocates nothing.
 //
 // Calling Submit from inside a task of the same pool can deadlock when the
@@ -74,7 +74,7 @@ func (p *Pool) TrySubmit(fn func()) error {
 	return p.s.submitTo(nil, nil, message{task: task{Fn: fn}}, Reject)
 }
 
-// SubmitWait submits task as [Pool.Submit] does and waits for it to finish.
+// SubmitWait submits fn as [Pool.Submit] does and waits for it to finish.
 // It returns nil once the task returned (or called [runtime.Goexit]), a
 // [*PanicError] if it panicked, and [ErrStopped] if the pool was stopping
 // before the task was accepted or [Pool.Stop] dropped it before it started.

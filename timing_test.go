@@ -3,6 +3,7 @@ package workerpool_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -106,7 +107,9 @@ func TestTheObserverGetsEveryTasksTimingBeforeItsWaiter(t *testing.T) {
 func ExampleWithTaskTimings() {
 	p := workerpool.New(2, workerpool.WithTaskTimings())
 	for range 10 {
-		p.Submit(func() { time.Sleep(time.Millisecond) })
+		if err := p.Submit(func() { time.Sleep(time.Millisecond) }); err != nil {
+			log.Fatal(err)
+		}
 	}
 	p.StopWait()
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 
 	"github.com/dispatchkit/workerpool"
 )
@@ -13,7 +14,9 @@ func main() {
 
 	squares := make([]int, 10)
 	for i := range squares {
-		p.Submit(func() { squares[i] = i * i })
+		if err := p.Submit(func() { squares[i] = i * i }); err != nil {
+			log.Fatal(err) // ErrStopped, ErrNilTask, or ErrQueueFull under Reject
+		}
 	}
 
 	p.StopWait() // run everything submitted, then release the workers
