@@ -182,7 +182,9 @@ func (h *Handoff[T]) Give(t T, direct bool) Given {
 		h.mu.Unlock()
 		return Full
 	}
-	if h.parked.n > 0 {
+	if h.parked.n > 0 && h.outbox.Len() == 0 {
+		// (Workers park beside tasks in the outbox only once a hold has
+		// passed: then t goes behind the tasks held, not before them.)
 		s := h.parked.PopFront()
 		h.running++
 		h.mu.Unlock()

@@ -387,3 +387,37 @@ func TestTheLoopHearsOfWhatItListensFor(t *testing.T) {
 		m.finishAll()
 	})
 }
+
+// Once a hold has passed, a worker parks though the outbox holds tasks
+// (the invariant's one exception). A task given then must not go to it: it
+// would start before the tasks held in the outbox, given earlier, which
+// the loop is about to drop. It goes behind them.
+func TestATaskGivenAfterAHoldPassedDoesNotStartBeforeTheTasksHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		wake := make(chan struct{}, 1)
+		h := New[int](4, 1, 0, -1, wake)
+		hold := make(chan struct{})
+		h.Hold(hold)
+		require.Equal(t, Start, h.Give(1, false))
+		require.Equal(t, Outbox, h.Give(2, false))
+		close(hold) // a Shutdown's deadline passes
+		var seat Seat[int]
+		got := make(chan int, 1)
+		go func() {
+			t, ok := h.Next(&seat, true, 1, false)
+			if ok {
+				got <- t
+			}
+			close(got)
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, h.Parked(), "the worker takes nothing from a held outbox: it parks")
+		assert.Equal(t, Outbox, h.Give(3, false), "task 3 goes behind task 2, held")
+		assert.Equal(t, Full, h.Give(4, true), "a direct task waits")
+		assert.Equal(t, []int{2, 3}, h.TakeBack(nil, nil), "the outbox holds 2 then 3, in order")
+		h.Close()
+		synctest.Wait()
+		_, ok := <-got
+		assert.False(t, ok, "the worker got no task: it exits")
+	})
+}
