@@ -87,11 +87,13 @@ func WithPanicHandler(h func(*PanicError)) Option {
 // WithoutPanicRecovery makes the pool leave a task's panic alone: it
 // crashes the program, with the task's own stack, as it would without a
 // pool, where the default recovers it (see [WithPanicHandler]). Crash
-// monitoring then sees every panic; the cost is the program. As the panic
-// passes, the pool counts the task completed, not panicked (it does not
-// look at the panic), and releases its waiter as after
-// [runtime.Goexit]; a [Local]'s close that panics crashes the program too.
-// Under [CallerRuns] the panic goes up to the caller of Submit.
+// monitoring then sees every panic; the cost is the program. The pool
+// counts nothing of a panic on a worker and releases no one waiting (the
+// task's SubmitWait, a StopWait), so that the program cannot exit cleanly
+// before the panic ends it; the crash reads "[recovered, repanicked]", as
+// the pool looks at the panic as it passes. A [Local]'s close that panics
+// crashes the program too. Under [CallerRuns] the panic goes up to the
+// caller of Submit, which may recover it; the task counts as completed.
 func WithoutPanicRecovery() Option {
 	return func(c *config) { c.noRecovery = true }
 }

@@ -34,7 +34,6 @@ func (s *state) startWorker(w *worker, e entry, how start) {
 // with a task, then each task the hand-off gives it, until the hand-off
 // tells it to exit.
 func (s *state) runWorker(w *worker, e entry, how start) {
-	defer s.gone()
 	w.current = &e
 	if how == again {
 		w.goid.Store(goroutineID()) // the loop did not start this goroutine
@@ -42,7 +41,11 @@ func (s *state) runWorker(w *worker, e entry, how start) {
 	returned := false
 	defer func() {
 		if s.cfg.noRecovery {
-			// A task's panic goes on up, and ends the program.
+			if v := recover(); v != nil {
+				// A task's panic goes on up, and ends the program, before
+				// the worker counts as exited: see run.
+				panic(v)
+			}
 		} else if v := recover(); v != nil {
 			// The panic handler panicked (a task's own panic is recovered
 			// in run). That ends the program; until it has, this worker
@@ -63,6 +66,7 @@ func (s *state) runWorker(w *worker, e entry, how start) {
 			// that the pool keeps its capacity.
 			s.startWorker(w, e, again)
 		}
+		s.gone()
 	}()
 	ran := how != idle
 	l := s.laneOf(&e)
@@ -164,7 +168,19 @@ func (s *state) run(h *entry, w *worker, l *lane) {
 	defer func() {
 		var pe *PanicError
 		if s.cfg.noRecovery {
-			// A panic goes on up, past this: the task counts as done.
+			if v := recover(); v != nil && w != nil {
+				// The panic goes on up and ends the program, as without
+				// a pool. Nothing of the pool hears of it, so that
+				// nothing that waits on the task or the pool (a
+				// SubmitWait, a StopWait) returns, and lets the program
+				// exit, first.
+				panic(v)
+			} else if v != nil {
+				// In its submitter, under CallerRuns, the panic goes up
+				// to the caller of Submit, which may recover it: the task
+				// counts as done.
+				defer panic(v)
+			}
 		} else if v := recover(); v != nil {
 			pe = &PanicError{Value: v, Stack: debug.Stack()}
 		} else if notRun != nil && handler {
