@@ -168,8 +168,8 @@ func (s *state) unreachable() {
 // One call of Stop or [Pool.Shutdown], the first to return, gets the
 // dropped fire-and-forget tasks, in the order the pool accepted them, so
 // that its caller can run them elsewhere; the others get nil. Dropped
-// [Pool.SubmitWait] tasks are not returned: their callers get
-// [ErrStopped]. Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
+// tasks that a caller waits for are not returned: their waiters get
+// [ErrStopped] ([Pool.Shutdown] lists which go where). Stop during a [Pool.StopWait] or [Pool.Shutdown] drops what
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
 	s := p.s
