@@ -30,7 +30,9 @@
 // their waiters as [ErrStopped]. [Pool.Shutdown] is
 // StopWait until its context is done, then Stop: give it a context of its
 // own, not one a signal has already cancelled. All three may be called
-// more than once, concurrently, and from a task of the pool.
+// more than once, concurrently, and from a task of the pool, whose worker
+// then lends its place while it waits, so that the queue still runs (see
+// [Pool.StopWait]).
 //
 // # Results, sub-pools and keys
 //
@@ -173,7 +175,7 @@ func (s *state) unreachable() {
 // they had left to run, and they return too.
 func (p *Pool) Stop() []func() {
 	s := p.s
-	inside := s.stopper()
+	inside, _ := s.stopper(false)
 	if s.stopCalled.CompareAndSwap(false, true) {
 		s.request(&request{kind: stopRequest})
 	}
@@ -183,21 +185,23 @@ func (p *Pool) Stop() []func() {
 
 // stopper tells the loop, if the caller is one of the pool's workers, not
 // to wait for it to exit, and lends its place until it does, so that other
-// workers run the queue (see loop.lend). It reports whether the caller is
-// one of the pool's workers.
-func (s *state) stopper() bool {
+// workers run the queue (see loop.lend). drains says that the caller's
+// stop runs the queue. It reports whether the caller is one of the pool's
+// workers, and whether it must not wait for the pool: its stop runs the
+// queue, which may need its place, and the cap leaves none to lend.
+func (s *state) stopper(drains bool) (inside, pastCap bool) {
 	c, maybe := s.whoCalls()
 	if !maybe {
-		return false
+		return false, false
 	}
-	r := &request{kind: stopperRequest, caller: c, done: make(chan struct{})}
+	r := &request{kind: stopperRequest, caller: c, drains: drains, done: make(chan struct{})}
 	if s.request(r) {
 		<-r.done
-		return r.isWorker
+		return r.isWorker, r.pastCap
 	}
 	// The loop has finished, so only stoppers still run: the caller is one
 	// if the loop started it, or it knows its number.
-	return c.by == s.loopID.Load() || s.crew.find(c.id) != nil
+	return c.by == s.loopID.Load() || s.crew.find(c.id) != nil, false
 }
 
 // waitStopped waits for the pool to stop: for every goroutine it started
@@ -225,12 +229,24 @@ func (s *state) claimAbandoned() []func() {
 // has finished, as Stop does. A [Pool.Stop], or a [Pool.Shutdown] whose ctx
 // is done, meanwhile makes it return early, with the rest of the queue
 // dropped.
+//
+// Called by one of the pool's workers (from a task, the panic handler, the
+// task observer, or a [Local]'s open or close), a stop waits for every
+// goroutine but that worker, which lends its place meanwhile: it counts
+// against neither the maximum nor its task's sub-pool limit, so that
+// another worker runs the queue; its task's key stays busy. At most as
+// many places are lent at once as the maximum. Past that cap, StopWait and
+// Shutdown called by a worker return at once (Shutdown with nil, nil),
+// since the queue may need the place that worker cannot lend; Stop, which
+// drops the queue, still waits.
 func (p *Pool) StopWait() {
 	s := p.s
-	inside := s.stopper()
+	inside, pastCap := s.stopper(true)
 	s.drainCalled.Store(true)
 	s.request(&request{kind: drainRequest})
-	s.waitStopped(inside)
+	if !pastCap {
+		s.waitStopped(inside)
+	}
 }
 
 // Shutdown is [Pool.StopWait] with a deadline: it accepts no more tasks
@@ -264,7 +280,7 @@ func (p *Pool) StopWait() {
 func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	mustContext("Shutdown", ctx)
 	s := p.s
-	inside := s.stopper()
+	inside, pastCap := s.stopper(true)
 	s.drainCalled.Store(true)
 	// One request stops accepting and has the loop watch ctx, so that no
 	// queued task starts once ctx is done.
@@ -273,6 +289,9 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	// is: nothing else may wake it (a long task holds what waits).
 	unwatch := context.AfterFunc(ctx, func() { s.request(&request{kind: deadlineRequest}) })
 	defer unwatch()
+	if pastCap {
+		return nil, nil
+	}
 	s.waitStopped(inside)
 	if !s.dropped {
 		return nil, nil

@@ -58,9 +58,12 @@ func (d *loop) handle(r *request) {
 // waits on the pool (lendRequest) until it reclaims it. While lent, its
 // place counts against neither the maximum nor its sub-pool's limit, so
 // that the pool may start another worker in it; but at most the maximum
-// of places are lent at once, and past that a worker waits in its place.
-// Its key stays busy. A stopper's queue place is taken back when its task
-// ends (see collect); and the loop does not wait for a stopper to exit.
+// of places are lent at once (the cap). Past it, a worker that waits on
+// the pool waits in its place; but a stopper whose stop runs the queue
+// (StopWait, Shutdown) does not wait at all (pastCap): the queue may need
+// its place, and it cannot wait in it. Its key stays busy. A stopper's
+// queue place is taken back when its task ends (see collect); and the loop
+// does not wait for a stopper to exit.
 func (d *loop) lend(r *request) {
 	c := r.caller
 	w := d.s.crew.find(c.id)
@@ -71,6 +74,12 @@ func (d *loop) lend(r *request) {
 	if r.kind == stopperRequest {
 		if d.stopperIDs[c.id] {
 			return // a stopper that stops again
+		}
+		if r.drains && !c.leaving && d.lent >= d.max && !d.dropping {
+			// Past the cap: not a stopper, a worker that goes on, for the
+			// loop to wait for as for any other.
+			r.pastCap = true
+			return
 		}
 		if d.stopperIDs == nil {
 			d.stopperIDs = make(map[uint64]bool)

@@ -112,6 +112,8 @@ type request struct {
 	tasks    []func()        // subStop: the tasks it dropped; written before done closes
 	caller   caller          // stopper, lend, reclaim, sub*: who asks
 	isWorker bool            // stopper, lend: the loop's answer, written before done closes
+	drains   bool            // stopper: the caller's stop runs the queue (StopWait, Shutdown)
+	pastCap  bool            // stopper: the loop's answer: the caller must not wait (see loop.lend)
 	lentLane *lane           // lend: the lane whose place the worker's task lent, if any
 	done     chan struct{}
 }

@@ -862,3 +862,60 @@ func TestAStopFromATaskIsWaitedForOutside(t *testing.T) {
 		assert.Zero(t, p.Status().Workers)
 	})
 }
+
+// TestStopsFromEveryWorkerRunTheWholeQueueWithinTheCap: a Local's open, or
+// the task observer, that calls StopWait makes every worker a stopper. The
+// first workers to stop lend their places, at most the maximum of them;
+// past that cap a StopWait from a worker returns at once, as it cannot
+// wait in a place the queue needs. So the pool never hangs, never has more
+// than twice its maximum of workers, and runs every task it accepted: they
+// waited only for a worker.
+func TestStopsFromEveryWorkerRunTheWholeQueueWithinTheCap(t *testing.T) {
+	for _, hook := range []string{"Local open", "task observer"} {
+		for _, c := range []struct{ max, n int }{{1, 3}, {1, 66}, {1, 67}, {2, 5}, {4, 73}, {4, 200}} {
+			t.Run(fmt.Sprintf("%s/New(%d)/%d tasks", hook, c.max, c.n), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var p *workerpool.Pool
+					var ready atomic.Bool
+					var opts []workerpool.Option
+					if hook == "task observer" {
+						opts = append(opts, workerpool.WithTaskObserver(func(workerpool.TaskTiming) {
+							if ready.Load() {
+								p.StopWait()
+							}
+						}))
+					}
+					p = workerpool.New(c.max, opts...)
+					local := workerpool.NewLocal(func() (int, error) {
+						if hook == "Local open" {
+							p.StopWait()
+						}
+						return 0, nil
+					}, nil)
+					gate := make(chan struct{})
+					for range c.max {
+						require.NoError(t, p.Submit(func() { <-gate }))
+					}
+					var ran atomic.Int64
+					for range c.n {
+						require.NoError(t, local.Submit(p, func(int) { ran.Add(1) }))
+					}
+					ready.Store(true)
+					close(gate)
+					stopped := make(chan struct{})
+					go func() { p.StopWait(); close(stopped) }()
+					select {
+					case <-stopped:
+					case <-time.After(time.Hour): // of the bubble's clock, which idle workers' reaping moves on
+						t.Fatalf("an outside StopWait hung: %s", p.Status())
+					}
+					st := p.Status()
+					assert.Equal(t, int64(c.n), ran.Load(), "every Local task ran: none waited for more than a worker; %s", st)
+					assert.Zero(t, st.Abandoned, "nothing was dropped")
+					assert.LessOrEqual(t, st.PeakWorkers, 2*c.max, "at most the maximum of places lent")
+					assert.Equal(t, workerpool.Stopped, st.State)
+				})
+			})
+		}
+	}
+}
