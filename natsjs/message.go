@@ -26,8 +26,10 @@ type message struct {
 	// that none can follow a Nak on the connection and reset the delay
 	// the Nak asked for. closed says that the run settles it, or the
 	// handler did (settled): the handler may settle it no more. A message
-	// is closed and sealed together, but for one whose dead letter is
-	// being published: the server must not redeliver it meanwhile.
+	// is closed and sealed together, but for one whose dead letter or
+	// copy is published before its settling: the server must not
+	// redeliver it meanwhile, however long that takes, so it is sealed
+	// only as its settling goes out (see run.send).
 	mu      sync.Mutex
 	closed  bool
 	settled bool

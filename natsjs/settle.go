@@ -52,7 +52,7 @@ func (r *run) settle(m *message, err error, stopped bool) {
 	}
 	defer r.report(he)
 	defer r.flow.released(m)
-	if m.close() {
+	if m.hold() {
 		return // the handler settled m itself, then failed
 	}
 	switch {
@@ -148,9 +148,13 @@ func (r *run) ack(m *message) {
 	r.flow.ackedPlain(m)
 }
 
-// send sends an ack body of the run's own for m, which it closed: plainly,
-// or, while Run is stopping, asking the server to confirm it.
+// send sends an ack body of the run's own for m, which it closed or held:
+// plainly, or, while Run is stopping, asking the server to confirm it. It
+// seals m first, so that m gets its progress messages until its settling
+// goes out (a copy published before it may take longer than AckWait), and
+// none after it, which could undo a Nak's delay.
 func (r *run) send(m *message, op string, body []byte) {
+	m.seal()
 	if r.stopping.Load() {
 		r.confirm(m, op, body)
 		return
