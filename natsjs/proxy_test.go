@@ -114,18 +114,18 @@ func (p *latencyProxy) forward(dst io.WriteCloser, src io.ReadCloser) {
 }
 
 // A holdingProxy forwards the TCP connections it accepts on loopback to a
-// server, and holds each publication of the client to a subject with a
-// given prefix for a while before it passes it on; it passes everything
-// else at once, and the server's side untouched. The server sees the held
-// publication after operations the client sent later, as it would see a
-// publication that a slow route, or a slow stream, took that long to
-// store.
+// server, and holds each of the client's publications that match for a
+// while before it passes it on; it passes everything else at once, and the
+// server's side untouched. The server sees a held publication after
+// operations the client sent later, as it would see a publication that a
+// slow stream took that long to store, or a progress message that a
+// starved process took that long to send.
 type holdingProxy struct {
-	ln     net.Listener
-	to     string
-	prefix []byte
-	hold   time.Duration
-	held   atomic.Int64 // publications held
+	ln    net.Listener
+	to    string
+	match func(subject, op []byte) bool
+	hold  time.Duration
+	held  atomic.Int64 // publications held
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -133,16 +133,29 @@ type holdingProxy struct {
 }
 
 // startHoldingProxy starts a proxy to the server at address to that holds
-// the publications to subjects beginning with prefix for hold, and closes
-// it, with every connection through it, at the end of the test.
-func startHoldingProxy(t testing.TB, to, prefix string, hold time.Duration) *holdingProxy {
+// for hold the publications that match says, given their subject and the
+// whole operation, payload included; it closes the proxy, with every
+// connection through it, at the end of the test.
+func startHoldingProxy(t testing.TB, to string, hold time.Duration, match func(subject, op []byte) bool) *holdingProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &holdingProxy{ln: ln, to: to, prefix: []byte(prefix), hold: hold}
+	p := &holdingProxy{ln: ln, to: to, match: match, hold: hold}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
+}
+
+// publicationsTo matches the publications to subjects beginning with
+// prefix.
+func publicationsTo(prefix string) func(subject, op []byte) bool {
+	return func(subject, _ []byte) bool { return bytes.HasPrefix(subject, []byte(prefix)) }
+}
+
+// progressMessages matches the progress messages (InProgress) of messages
+// of a JetStream consumer.
+func progressMessages(subject, op []byte) bool {
+	return bytes.HasPrefix(subject, []byte("$JS.ACK.")) && bytes.HasSuffix(op, []byte("+WPI\r\n"))
 }
 
 // url is the proxy's address as a NATS URL.
@@ -199,7 +212,7 @@ func (p *holdingProxy) forward(server io.Writer, client io.Reader) {
 		if err != nil {
 			return
 		}
-		if bytes.HasPrefix(subject, p.prefix) {
+		if subject != nil && p.match(subject, op) {
 			p.held.Add(1)
 			time.AfterFunc(p.hold, func() { write(op) })
 			continue

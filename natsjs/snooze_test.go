@@ -89,7 +89,7 @@ func TestASnoozedMessageKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
 
 	// Run's publications to jobs.> (its copies) reach the server two
 	// AckWaits late; each try of a copy waits 5 s for its answer.
-	proxy := startHoldingProxy(t, s.Addr().String(), "jobs.", 2*time.Second)
+	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
 	nc, err := nats.Connect(proxy.url())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
