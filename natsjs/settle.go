@@ -227,7 +227,7 @@ func (r *run) confirm(m *message, op string, body []byte) bool {
 		try, cancelTry := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := r.nc.RequestWithContext(try, m.msg.Reply, body)
+			_, err := r.nc.RequestWithContext(try, m.delivery().Reply, body)
 			done <- err
 		}()
 		err := r.awaitAnswer(done, connected, reconnects, cancelTry)
