@@ -50,6 +50,11 @@ type flow struct {
 	// still held: those whose dead letter is being published (see
 	// final.go). They count against the bounds, not as running.
 	finishing map[*message]struct{}
+	// givingBack holds the messages handed back in goroutines of their
+	// own (see run.giveBackAsync), until their settling went out: they get
+	// their progress, but count against no bound, as the stop took them
+	// off the queue, or no slot took them.
+	givingBack map[*message]struct{}
 	// With key order (flow_keys.go), messages go to the pool as keyed
 	// tasks, not to runners: out holds those submitted, true once their
 	// task started; waiting counts those not started. arrivals numbers
@@ -131,13 +136,14 @@ const maxAhead = 500
 
 func newFlow() *flow {
 	return &flow{
-		runners:   make(map[*runner]struct{}),
-		finishing: make(map[*message]struct{}),
-		probes:    make(map[uint64]probeRecord),
-		changed:   make(chan struct{}, 1),
-		size:      1,
-		bound:     1,
-		maxBatch:  1,
+		runners:    make(map[*runner]struct{}),
+		finishing:  make(map[*message]struct{}),
+		givingBack: make(map[*message]struct{}),
+		probes:     make(map[uint64]probeRecord),
+		changed:    make(chan struct{}, 1),
+		size:       1,
+		bound:      1,
+		maxBatch:   1,
 	}
 }
 
@@ -332,8 +338,8 @@ func (f *flow) delivered(m *message, again bool) (taken bool, runners int) {
 	return true, f.runnersDue()
 }
 
-// inCharge returns the message the run holds, queued, running or
-// finishing, whose stream sequence is seq; nil if none. It looks through
+// inCharge returns the message the run holds, queued, running, finishing
+// or being given back, whose stream sequence is seq; nil if none. It looks through
 // every held message, which costs nothing on a first delivery: only a
 // redelivery calls it. Call with mu held.
 func (f *flow) inCharge(seq uint64) *message {
@@ -343,6 +349,11 @@ func (f *flow) inCharge(seq uint64) *message {
 		}
 	}
 	for m := range f.finishing {
+		if m.seq == seq {
+			return m
+		}
+	}
+	for m := range f.givingBack {
 		if m.seq == seq {
 			return m
 		}

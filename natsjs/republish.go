@@ -30,7 +30,7 @@ import (
 // would reach every consumer, Run Naks, which costs a delivery; on the
 // last delivery it dead-letters the message, or leaves it and says so.
 
-// giveBack hands m, closed, back to the server for another process.
+// giveBack hands m, held, back to the server for another process.
 func (r *run) giveBack(m *message) {
 	_, _, delivery, _ := m.info()
 	switch {

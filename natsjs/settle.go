@@ -101,8 +101,8 @@ func (r *run) cut(m *message, he *HandlerError) {
 	if r.flow.requeue(m) {
 		return // in the queue, with its progress, until the stop hands it back
 	}
-	// The stop has handed the queue back: its pulls have ended.
-	m.close()
+	// The stop has handed the queue back: its pulls have ended. m is
+	// running still, with its progress, until it is given back.
 	r.giveBack(m)
 	r.flow.released(m)
 }
