@@ -176,27 +176,13 @@ func (d *ackDropper) accept() {
 func (d *ackDropper) forward(server io.Writer, client io.Reader) {
 	r := bufio.NewReader(client)
 	for {
-		op, err := r.ReadBytes('\n')
+		op, subject, err := readOp(r)
 		if err != nil {
 			return
 		}
-		args := bytes.Fields(op)
-		if len(args) >= 3 && (bytes.Equal(args[0], []byte("PUB")) || bytes.Equal(args[0], []byte("HPUB"))) {
-			// PUB subject [reply] size, HPUB subject [reply] hdrsize size:
-			// the payload and its CRLF follow.
-			size, err := strconv.Atoi(string(args[len(args)-1]))
-			if err != nil {
-				return
-			}
-			payload := make([]byte, size+2)
-			if _, err := io.ReadFull(r, payload); err != nil {
-				return
-			}
-			if bytes.HasPrefix(args[1], []byte("$JS.ACK.")) && d.acks.Add(1) > d.pass {
-				d.dropped.Add(1)
-				continue
-			}
-			op = append(op, payload...)
+		if bytes.HasPrefix(subject, []byte("$JS.ACK.")) && d.acks.Add(1) > d.pass {
+			d.dropped.Add(1)
+			continue
 		}
 		if _, err := server.Write(op); err != nil {
 			return

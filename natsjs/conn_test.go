@@ -45,9 +45,12 @@ func TestALostConnectionLosesNothingAndRunCarriesOn(t *testing.T) {
 		return nil
 	}, natsjs.WithMaxInFlight(inFlight))
 
-	// The server drops the connection twice while the process works.
-	for _, after := range []int{jobs / 5, jobs / 2} {
+	// The server drops the connection twice while the process works; the
+	// second time, once the client is back, under an id the server knows.
+	for i, after := range []int{jobs / 5, jobs / 2} {
 		eventually(t, func() bool { return ta.distinct() >= after })
+		eventually(t, func() bool { return nc.IsConnected() && nc.Stats().Reconnects >= uint64(i) },
+			"the client did not reconnect")
 		id, err := nc.GetClientID()
 		require.NoError(t, err)
 		require.NoError(t, s.DisconnectClientByID(id))

@@ -14,7 +14,8 @@ import (
 // to the next message, while the message stays held, with its progress,
 // so that the server does not redeliver it meanwhile. The publication is
 // tried for the dead-letter timeout. Once the dead letter is published,
-// the message is terminated.
+// the message is terminated. Its progress goes on until the term goes out,
+// through every publication before it (the dead letter's, the copy's).
 //
 // If it cannot be published, the message must neither be lost nor be
 // handled again. In a work-queue stream, Run publishes a copy of it to its
@@ -40,7 +41,6 @@ func (r *run) finish(m *message, attempt uint64, cause error, he *HandlerError) 
 			r.keepFinal(m, attempt, cause)
 			return
 		}
-		m.seal()
 		r.send(m, "term", termBody(finalReason(cause, attempt)))
 	})
 }
@@ -67,7 +67,6 @@ func (r *run) finishCopy(m *message, cause string) {
 		err := r.deadLetter(m, attempts, keptFailure(cause))
 		switch {
 		case err == nil:
-			m.seal()
 			r.send(m, "term", termBody(finalReason(keptFailure(cause), attempts)))
 			return
 		case r.lastDelivery(delivery):
@@ -75,7 +74,6 @@ func (r *run) finishCopy(m *message, cause string) {
 			r.keepFinal(m, attempts, keptFailure(cause))
 		default:
 			r.report(m.messageError("dead-letter", err))
-			m.seal()
 			r.send(m, "nak", r.failedNak(delivery, delivery))
 		}
 	})
@@ -84,10 +82,12 @@ func (r *run) finishCopy(m *message, cause string) {
 // keepFinal settles m, held, whose handler failed for good on attempt with
 // cause and whose dead letter could not be published: in a work-queue
 // stream, by a copy that says so and its termination; elsewhere, by
-// leaving it unsettled.
+// leaving it unsettled. m keeps its progress messages until the term (see
+// run.send): the copy may take longer than AckWait to be stored, and the
+// server must not deliver m again meanwhile, to this run or another.
 func (r *run) keepFinal(m *message, attempt uint64, cause error) {
-	m.seal()
 	if !r.workQueue || r.gone.Load() {
+		m.seal() // left: the server delivers it again after AckWait
 		return
 	}
 	stream, seq, _, ts := m.info()
@@ -108,6 +108,7 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 			err = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 		}
 		r.report(m.messageError("republish", err))
+		m.seal() // left, as outside a work queue
 		return
 	}
 	r.send(m, "term", termBody(fmt.Sprintf("natsjs: failed for good; its dead letter could not be published: kept as %s/%d", ack.Stream, ack.Sequence)))

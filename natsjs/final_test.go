@@ -144,6 +144,54 @@ func TestAPermanentFailureWhoseDeadLetterCannotBePublishedIsNeverHandledAgain(t 
 	assert.Empty(t, dead.Header.Get("Natsjs-Attempts"))
 }
 
+// A final failure whose dead letter cannot be published is kept as a
+// copy, then terminated: until the term, the message stays held, with its
+// progress messages, however long the copy takes to be stored. v3.2
+// stopped them before the copy was published: a copy stored more than
+// AckWait later left the message to come back, and its handler ran again.
+func TestAFinalFailureKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, time.Second, 5)
+	publishJobs(t, js, 1)
+
+	// Run's publications to jobs.> (its copies) reach the server two
+	// AckWaits late; each try of a copy waits 5 s for its answer.
+	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	slowJS, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	var handled atomic.Int32
+	hook := &hookLog{}
+	stop := consuming(t, newPool(t, 1), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		handled.Add(1)
+		return natsjs.Permanent(errors.New("malformed job"))
+	}, natsjs.WithDeadLetter(slowJS, "dead.jobs"), natsjs.WithDeadLetterTimeout(100*time.Millisecond),
+		natsjs.WithSettleTimeout(20*time.Second), hook.option())
+	// The copy is stored and the original terminated: the work queue
+	// holds the copy alone.
+	eventually(t, func() bool {
+		st, err := js.Stream(context.Background(), "JOBS")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 1 && info.State.FirstSeq == 2
+	}, "the message was not kept as a copy")
+	require.Positive(t, proxy.held.Load(), "no copy went through the proxy")
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") },
+		"the copy did not reach the dead-letter stream")
+	require.NoError(t, stop())
+	assert.Equal(t, int32(1), handled.Load(), "the handler of a final failure ran again")
+	assert.Len(t, hook.handlerErrors(), 1)
+}
+
 // The same on the last attempt: v3 left the message in its stream, never
 // delivered again but never dead-lettered either, even once a stream
 // captured the subject.

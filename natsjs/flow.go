@@ -50,6 +50,11 @@ type flow struct {
 	// still held: those whose dead letter is being published (see
 	// final.go). They count against the bounds, not as running.
 	finishing map[*message]struct{}
+	// givingBack holds the messages handed back in goroutines of their
+	// own (see run.giveBackAsync), until their settling went out: they get
+	// their progress, but count against no bound, as the stop took them
+	// off the queue, or no slot took them.
+	givingBack map[*message]struct{}
 	// With key order (flow_keys.go), messages go to the pool as keyed
 	// tasks, not to runners: out holds those submitted, true once their
 	// task started; waiting counts those not started. arrivals numbers
@@ -131,13 +136,14 @@ const maxAhead = 500
 
 func newFlow() *flow {
 	return &flow{
-		runners:   make(map[*runner]struct{}),
-		finishing: make(map[*message]struct{}),
-		probes:    make(map[uint64]probeRecord),
-		changed:   make(chan struct{}, 1),
-		size:      1,
-		bound:     1,
-		maxBatch:  1,
+		runners:    make(map[*runner]struct{}),
+		finishing:  make(map[*message]struct{}),
+		givingBack: make(map[*message]struct{}),
+		probes:     make(map[uint64]probeRecord),
+		changed:    make(chan struct{}, 1),
+		size:       1,
+		bound:      1,
+		maxBatch:   1,
 	}
 }
 
@@ -282,20 +288,31 @@ func (f *flow) probeAcked(deadline time.Time) uint64 {
 // It returns false if m must go back at once: no slot is free, or the stop
 // has handed back the queue. Else m waits for a runner, and runners is how
 // many the caller must submit to the pool.
-func (f *flow) delivered(m *message) (taken bool, runners int) {
+//
+// A redelivery (again) of a message the run has in charge, whose progress
+// messages did not reach the server within AckWait, is no message of its
+// own: the one in charge adopts it (see message.adopt), and it takes no
+// slot and no byte; the slot a pull owed it is free. The server counts the
+// message once, as delivered and not acked: what it counts as delivered
+// to this process and not acked still never exceeds bound.
+func (f *flow) delivered(m *message, again bool) (taken bool, runners int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch {
-	case f.owed > 0 && f.owesBytes(m.size):
+	owed := f.owed > 0 && f.owesBytes(m.size)
+	if owed {
 		f.owed--
 		f.deliveredBytes(m.size)
 		if f.owed == 0 && f.stopping {
 			f.signal() // the stop waits for this
 		}
-	case f.used() >= f.bound, f.overBytes(m.size):
-		return false, 0
 	}
-	if f.handingBack {
+	if again && m.seq != 0 {
+		if h := f.inCharge(m.seq); h != nil && h.adopt(m.msg) {
+			f.signal() // the slot is free
+			return true, 0
+		}
+	}
+	if !owed && (f.used() >= f.bound || f.overBytes(m.size)) || f.handingBack {
 		return false, 0
 	}
 	f.bytes += m.size
@@ -319,6 +336,39 @@ func (f *flow) delivered(m *message) (taken bool, runners int) {
 	}
 	f.queue = append(f.queue, m)
 	return true, f.runnersDue()
+}
+
+// inCharge returns the message the run holds, queued, running, finishing
+// or being given back, whose stream sequence is seq; nil if none. It looks through
+// every held message, which costs nothing on a first delivery: only a
+// redelivery calls it. Call with mu held.
+func (f *flow) inCharge(seq uint64) *message {
+	for rn := range f.runners {
+		if rn.cur != nil && rn.cur.seq == seq {
+			return rn.cur
+		}
+	}
+	for m := range f.finishing {
+		if m.seq == seq {
+			return m
+		}
+	}
+	for m := range f.givingBack {
+		if m.seq == seq {
+			return m
+		}
+	}
+	for m := range f.out {
+		if m.seq == seq {
+			return m
+		}
+	}
+	for _, m := range f.queue[f.head:] {
+		if m.seq == seq {
+			return m
+		}
+	}
+	return nil
 }
 
 // A flowCounts is a snapshot of a flow.

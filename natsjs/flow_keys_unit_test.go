@@ -44,7 +44,7 @@ func TestTheFlowOfKeyedTasksNeverHoldsMoreThanItsBoundNorCountsATaskTwice(t *tes
 					pulls = append(pulls, p.id)
 				}
 			case 1: // a message arrives
-				f.delivered(&message{size: 1})
+				f.delivered(&message{size: 1}, false)
 			case 2: // the puller submits, as the pool accepts or refuses
 				if m := f.nextToSubmit(); m != nil {
 					if !f.submitting(m, string(rune('a'+rng.IntN(3)))) {

@@ -178,7 +178,8 @@ func (f *flow) died(rn *runner) int {
 	return f.runnersDue()
 }
 
-// held appends every queued or running message to buf.
+// held appends every message the run holds to buf: queued, running,
+// finishing, or being given back.
 func (f *flow) held(buf []*message) []*message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,6 +190,9 @@ func (f *flow) held(buf []*message) []*message {
 		}
 	}
 	for m := range f.finishing {
+		buf = append(buf, m)
+	}
+	for m := range f.givingBack {
 		buf = append(buf, m)
 	}
 	for m := range f.out {

@@ -95,6 +95,21 @@ func (f *flow) hold(m *message) {
 	f.signal()
 }
 
+// givingBackStart records that m, which the run gives back in a goroutine
+// of its own, is held until givingBackDone: it gets its progress.
+func (f *flow) givingBackStart(m *message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.givingBack[m] = struct{}{}
+}
+
+// givingBackDone records that m was given back.
+func (f *flow) givingBackDone(m *message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.givingBack, m)
+}
+
 // unhold frees the slot of m, held, which was settled (or left).
 func (f *flow) unhold(m *message) {
 	f.mu.Lock()

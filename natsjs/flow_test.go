@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatchkit/workerpool"
 	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -156,6 +157,88 @@ func TestAMessageWaitingOrRunningLongerThanAckWaitIsNotRedelivered(t *testing.T)
 			require.NoError(t, stop())
 			requireEachOnce(t, ta, jobs)
 			assert.Zero(t, consumerInfo(t, cons).NumRedelivered, "a held message was redelivered")
+		})
+	}
+}
+
+// Progress messages that reach the server later than AckWait (a process
+// starved of CPU, a slow link) let it deliver a held message again, into
+// one of Run's own pulls. Run recognizes it: the handler in charge goes on,
+// alone, and settles the message on the latest delivery, which says the
+// server's count. Here the progress messages reach the server 1.5 AckWaits
+// late, and the server delivers job 0 again while its handler runs; job 1,
+// delivered after that, is handled while job 0's handler still runs: the
+// redelivery, which came first, would have been handled before it.
+func TestARedeliveryOfAMessageRunHoldsNeverRunsItsHandlerAgain(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		maxDeliver int
+		result     error // what job 0's handler returns once released
+	}{
+		{"the handler succeeds", 0, nil},
+		// Settled on the first delivery's count, the failure would be
+		// Nak'd, and, the server having no delivery left, stranded.
+		{"the handler fails on the server's last delivery", 2, errors.New("boom")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // waits on AckWaits, not the CPU
+			const ackWait = time.Second
+			s := startServer(t)
+			_, js := connect(t, s)
+			cons := workQueue(t, js, ackWait, tc.maxDeliver)
+			proxy := startHoldingProxy(t, s.Addr().String(), ackWait*3/2, progressMessages)
+			nc, err := nats.Connect(proxy.url())
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			slowJS, err := jetstream.New(nc)
+			require.NoError(t, err)
+
+			ta := newTally()
+			started, release, handled := make(chan struct{}), make(chan struct{}), make(chan string, 4)
+			var lastDelivery atomic.Uint64 // as job 0's handler sees it when released
+			var hook hookLog
+			stop := consuming(t, newPool(t, 2), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				ta.add(msg)
+				defer func() { handled <- string(msg.Data()) }()
+				if string(msg.Data()) != "0" {
+					return nil
+				}
+				close(started) // a second run of job 0's handler panics here
+				select {
+				case <-release:
+				case <-time.After(waitFor):
+				}
+				md, err := msg.Metadata()
+				require.NoError(t, err)
+				lastDelivery.Store(md.NumDelivered)
+				return tc.result
+			}, hook.option())
+
+			publishJobs(t, js, 1)
+			recv(t, started, "job 0's handler did not start")
+			eventually(t, func() bool { return consumerInfo(t, cons).Delivered.Consumer >= 2 },
+				"the server did not deliver job 0 again")
+			_, err = js.Publish(context.Background(), "jobs.1", []byte("1"))
+			require.NoError(t, err)
+			assert.Equal(t, "1", recv(t, handled, "job 1 was not handled"), "job 0 was handled again")
+			close(release)
+			assert.Equal(t, "0", recv(t, handled, "job 0's handler did not return"))
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "a job was left in the stream")
+			require.NoError(t, stop())
+
+			assert.Equal(t, map[string]int{"0": 1, "1": 1}, ta.snapshot())
+			assert.GreaterOrEqual(t, lastDelivery.Load(), uint64(2), "the handler's message does not say the latest delivery")
+			hes := hook.handlerErrors()
+			assert.Len(t, hook.all(), len(hes), "Run reported more than handler failures: %v", hook.all())
+			if tc.result != nil {
+				require.Len(t, hes, 1)
+				assert.True(t, hes[0].Final, "a failure on the server's last delivery was not final")
+				assert.Equal(t, uint64(2), hes[0].Delivery)
+			}
+			info := consumerInfo(t, cons)
+			assert.Zero(t, info.NumAckPending, "a delivery was left unsettled")
 		})
 	}
 }

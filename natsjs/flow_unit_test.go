@@ -14,7 +14,8 @@ import (
 // runners starting, taking messages, acking, failing (for good, their
 // messages held while their dead letters are published; or cut by the
 // stop, their messages put back in the queue) and leaving,
-// statuses, probes and sweeps. After every step, every count is at least
+// statuses, probes and sweeps, and redeliveries of held messages, which
+// the messages in charge adopt. After every step, every count is at least
 // zero, credits at most the pool's size, what the flow holds within its
 // bound, what its messages weigh what it counts, what the pulls may still
 // bring no more than it counts, and the two within its byte bound but for
@@ -25,6 +26,7 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 	alone := 0    // steps at which one message larger than the byte bound was held
 	requeued := 0 // cut handlers' messages put back in the queue at a stop
 	held := 0     // messages held while their dead letters were published
+	adopted := 0  // redeliveries of held messages
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 		f := newFlow()
@@ -55,7 +57,20 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 			clock     int64
 			finishing []*message // held while their dead letters are published
 			stopped   bool
+			seq       uint64 // the last message's stream sequence
 		)
+		deliver := func(m *message, again bool) {
+			before := f.counts()
+			taken, runners := f.delivered(m, again)
+			if !again {
+				return
+			}
+			after := f.counts()
+			if !taken || runners != 0 || after.queued != before.queued || after.running != before.running {
+				t.Fatalf("seed %d: a redelivery of a held message was not adopted: %+v, then %+v", seed, before, after)
+			}
+			adopted++
+		}
 		newPull := func(p pull) {
 			if reqLimit > 0 && p.maxBytes > reqLimit {
 				t.Fatalf("seed %d: a pull of %d bytes against a MaxRequestMaxBytes of %d", seed, p.maxBytes, reqLimit)
@@ -76,9 +91,15 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 				// any time; with one, when no pull is live, since the
 				// server serves no pull past the deadline the flow gives
 				// it, and the flow counts a message as owed while any is
-				m := &message{size: 1 + rng.IntN(maxSize)}
+				seq++
+				m, again := &message{size: 1 + rng.IntN(maxSize), seq: seq}, false
+				if h := heldOne(running, finishing, rng); h != nil && rng.IntN(4) == 0 {
+					// The server delivers a held message again: its
+					// progress messages came too late.
+					m, again = &message{size: h.size, seq: h.seq}, true
+				}
 				if len(pulls) == 0 || maxBytes == 0 && rng.IntN(10) == 0 {
-					f.delivered(m)
+					deliver(m, again)
 					continue
 				}
 				i := rng.IntN(len(pulls))
@@ -90,7 +111,7 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 					pulls = append(pulls[:i], pulls[i+1:]...)
 					continue
 				}
-				f.delivered(m)
+				deliver(m, again)
 				p.n--
 				p.left -= m.size
 				if p.n == 0 || p.maxBytes > 0 && p.left == 0 {
@@ -263,12 +284,12 @@ func TestTheFlowNeverHoldsMoreThanItsBoundNorCountsBelowZero(t *testing.T) {
 	if handed == 0 {
 		t.Error("no message was handed to a lingering runner: the walk missed that path")
 	}
-	if tooLarge == 0 || alone == 0 || requeued == 0 || held == 0 {
-		t.Errorf("the walk missed a path: %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d messages requeued, %d held for their dead letters",
-			tooLarge, alone, requeued, held)
+	if tooLarge == 0 || alone == 0 || requeued == 0 || held == 0 || adopted == 0 {
+		t.Errorf("the walk missed a path: %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d messages requeued, %d held for their dead letters, %d redeliveries adopted",
+			tooLarge, alone, requeued, held, adopted)
 	}
-	t.Logf("%d messages handed to lingering runners, %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d requeued, %d held for their dead letters",
-		handed, tooLarge, alone, requeued, held)
+	t.Logf("%d messages handed to lingering runners, %d pulls ended by a message too large, %d steps holding one message over the byte bound, %d requeued, %d held for their dead letters, %d redeliveries adopted",
+		handed, tooLarge, alone, requeued, held, adopted)
 }
 
 // A livePull is a pull as the server sees it: the messages it may still
@@ -297,6 +318,18 @@ func heldBytes(f *flow, running []*runner, finishing []*message) int {
 		n += m.size
 	}
 	return n
+}
+
+// heldOne returns a message that a runner of running runs, or one of
+// finishing; nil if there is none.
+func heldOne(running []*runner, finishing []*message, rng *rand.Rand) *message {
+	if rn := busy(running, rng); rn != nil && (len(finishing) == 0 || rng.IntN(2) == 0) {
+		return rn.cur
+	}
+	if len(finishing) > 0 {
+		return finishing[rng.IntN(len(finishing))]
+	}
+	return nil
 }
 
 // busy returns a runner of running that runs a handler, or nil.

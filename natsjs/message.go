@@ -3,7 +3,9 @@ package natsjs
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,16 +20,26 @@ type message struct {
 	msg  *nats.Msg
 	nc   *nats.Conn
 	size int    // msg.Size(): what the server counts against a pull's max_bytes
+	seq  uint64 // its stream sequence, as its ack subject says it; 0 if it says none
 	n    uint64 // its place in the order the run received messages; guarded by flow.mu
 	key  string // its key, with key order; guarded by flow.mu
+
+	// latest is the server's latest delivery of the message, once the
+	// server delivered it again while the run had it in charge (see
+	// adopt); nil while msg is. Its ack subject, which says the server's
+	// count of deliveries, is the one the run settles the message on and
+	// sends its progress to.
+	latest atomic.Pointer[nats.Msg]
 
 	// mu orders the watcher's progress messages against the settling of
 	// the message: once sealed is set, no progress message is sent, so
 	// that none can follow a Nak on the connection and reset the delay
 	// the Nak asked for. closed says that the run settles it, or the
 	// handler did (settled): the handler may settle it no more. A message
-	// is closed and sealed together, but for one whose dead letter is
-	// being published: the server must not redeliver it meanwhile.
+	// is closed and sealed together, but for one whose dead letter or
+	// copy is published before its settling: the server must not
+	// redeliver it meanwhile, however long that takes, so it is sealed
+	// only as its settling goes out (see run.send).
 	mu      sync.Mutex
 	closed  bool
 	settled bool
@@ -101,13 +113,45 @@ func (m *message) seal() {
 	m.mu.Unlock()
 }
 
+// adopt makes msg, a delivery of m that the server made while the run had
+// m in charge, m's latest delivery, unless m's settling went out (m is
+// sealed): then it returns false, and msg is a message of its own.
+//
+// The run then settles m, and sends its progress, on msg's ack subject.
+// nats-server (2.15.2, server/consumer.go) keeps one pending entry per
+// stream sequence, which a redelivery moves to its own delivery sequence
+// and count: an ack, a Term or a progress message on any delivery's ack
+// subject finds the entry by the stream sequence (processAckMsg,
+// progressUpdate), but a Nak on an earlier delivery's is dropped once the
+// ack floor has passed that delivery's sequence (processNak), and the
+// server's count of deliveries, which decides whether a Nak would strand
+// the message on its last delivery, is the latest one's.
+func (m *message) adopt(msg *nats.Msg) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sealed {
+		return false
+	}
+	m.latest.Store(msg)
+	return true
+}
+
+// delivery returns the server's latest delivery of m, whose ack subject
+// the run settles m on.
+func (m *message) delivery() *nats.Msg {
+	if d := m.latest.Load(); d != nil {
+		return d
+	}
+	return m.msg
+}
+
 // send publishes an ack body to m's ack subject.
-func (m *message) send(body []byte) error { return m.nc.Publish(m.msg.Reply, body) }
+func (m *message) send(body []byte) error { return m.nc.Publish(m.delivery().Reply, body) }
 
 // info returns m's stream, stream sequence, delivery count and stored
 // time, as its ack subject says them; zeros if it says nothing.
 func (m *message) info() (stream string, seq, delivery uint64, ts int64) {
-	md, err := m.msg.Metadata()
+	md, err := m.delivery().Metadata()
 	if err != nil {
 		return "", 0, 0, 0
 	}
@@ -210,9 +254,10 @@ func (m *message) messageError(op string, err error) *MessageError {
 
 // The jetstream.Msg methods.
 
-// Metadata returns the JetStream metadata of m; see [jetstream.Msg].
+// Metadata returns the JetStream metadata of m, of the server's latest
+// delivery of it; see [jetstream.Msg].
 func (m *message) Metadata() (*jetstream.MsgMetadata, error) {
-	md, err := m.msg.Metadata()
+	md, err := m.delivery().Metadata()
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +282,9 @@ func (m *message) Headers() nats.Header { return m.msg.Header }
 // [jetstream.Msg].
 func (m *message) Subject() string { return m.msg.Subject }
 
-// Reply returns the message's ack subject; see [jetstream.Msg].
-func (m *message) Reply() string { return m.msg.Reply }
+// Reply returns the ack subject of the server's latest delivery of m; see
+// [jetstream.Msg].
+func (m *message) Reply() string { return m.delivery().Reply }
 
 // Ack acks m; see [jetstream.Msg].
 func (m *message) Ack() error { return m.settle(func() error { return m.send(ackAck) }) }
@@ -259,7 +305,7 @@ func (m *message) DoubleAck(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
 	}
-	_, err := m.nc.RequestWithContext(ctx, m.msg.Reply, ackAck)
+	_, err := m.nc.RequestWithContext(ctx, m.delivery().Reply, ackAck)
 	return err
 }
 
@@ -305,6 +351,50 @@ func termBody(reason string) []byte {
 		return ackTerm
 	}
 	return []byte("+TERM " + reason)
+}
+
+// ackTokens returns the delivery count and the stream sequence that
+// reply, an ack subject, says, without allocating: the delivery count
+// tells a redelivery, and the stream sequence which message it is, for
+// every message delivered; zeros if reply is no ack subject. The server
+// writes them in one of two forms, as jetstream's own parser reads them:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<time>.<pending>,
+// or, with a domain and an account hash after $JS.ACK and a token of its
+// own after pending, at least 11 tokens.
+func ackTokens(reply string) (delivery, seq uint64) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, 0
+	}
+	skip := 0 // the tokens before the delivery count
+	switch n := strings.Count(rest, ".") + 1; {
+	case n == 7:
+		skip = 2
+	case n >= 9:
+		skip = 4
+	default:
+		return 0, 0
+	}
+	for range skip {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	d, rest, _ := strings.Cut(rest, ".")
+	s, _, _ := strings.Cut(rest, ".")
+	return parseDecimal(d), parseDecimal(s)
+}
+
+// parseDecimal returns the number s writes in decimal digits; 0 if s is
+// empty or has another character.
+func parseDecimal(s string) uint64 {
+	var n uint64
+	for i := range len(s) {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
 }
 
 var _ jetstream.Msg = (*message)(nil)

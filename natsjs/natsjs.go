@@ -49,7 +49,14 @@
 // the queue. So a pool's [workerpool.Status] counts runners, not messages.
 // Every message Run holds, waiting or running, gets a progress message
 // (InProgress) every [WithProgressInterval], so that the server
-// redelivers none of them while the process has it, however long that is.
+// redelivers none of them while the process has it, however long that is,
+// as long as each reaches the server within the consumer's AckWait. A
+// process starved of CPU (or a link that slow) for longer than AckWait
+// less that interval lets the server deliver a held message again, to
+// whichever process pulls: a delivery towards MaxDeliver. Run recognizes
+// its own held messages and does not run their handlers again: each is
+// settled once, on its latest delivery, which its Metadata then says;
+// another process would handle it as any message.
 //
 // # Stopping
 //

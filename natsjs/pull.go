@@ -70,14 +70,14 @@ func (r *run) sendPull(p pull) {
 // sendCarry sends m's ack carrying pull p.
 func (r *run) sendCarry(m *message, p pull) error {
 	body := r.pullBody(append(make([]byte, 0, 64), "+NXT "...), p)
-	return r.nc.PublishRequest(m.msg.Reply, r.pullReply(p.id), body)
+	return r.nc.PublishRequest(m.delivery().Reply, r.pullReply(p.id), body)
 }
 
 // probe sends probe id: m's ack again, with a reply, which the server
 // answers once it processed it and every ack the connection sent to the
 // consumer before.
 func (r *run) probe(m *message, id uint64) {
-	if err := r.nc.PublishRequest(m.msg.Reply, r.probeReply(id), ackAck); err != nil {
+	if err := r.nc.PublishRequest(m.delivery().Reply, r.probeReply(id), ackAck); err != nil {
 		r.flow.endProbe(id)
 		r.report(fmt.Errorf("natsjs: Run: consumer %q: probing acks: %w: %w", r.name, ErrNotConfirmed, err))
 	}
@@ -159,8 +159,9 @@ func (r *run) deliver(msg *nats.Msg) {
 	if r.pause.Load() != 0 {
 		r.pause.Store(0)
 	}
-	m := &message{msg: msg, nc: r.nc, size: msg.Size()}
-	taken, runners := r.flow.delivered(m)
+	delivery, seq := ackTokens(msg.Reply)
+	m := &message{msg: msg, nc: r.nc, size: msg.Size(), seq: seq}
+	taken, runners := r.flow.delivered(m, delivery > 1)
 	if !taken {
 		// No slot for it (a pull given up on delivered late, every slot
 		// taken), or the stop has handed back the rest: it goes back.

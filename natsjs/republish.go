@@ -30,7 +30,7 @@ import (
 // would reach every consumer, Run Naks, which costs a delivery; on the
 // last delivery it dead-letters the message, or leaves it and says so.
 
-// giveBack hands m, closed, back to the server for another process.
+// giveBack hands m, held, back to the server for another process.
 func (r *run) giveBack(m *message) {
 	_, _, delivery, _ := m.info()
 	switch {
@@ -158,18 +158,20 @@ func refusedForGood(err error) bool {
 	return wrongLastSequence(err) || errors.As(err, &ae) && strings.Contains(ae.Description, "per subject")
 }
 
-// leaveLast hands back m, closed, on its last delivery, where a Nak would
-// strand it and no copy can be published (why says which): it
+// leaveLast hands back m, closed or held, on its last delivery, where a
+// Nak would strand it and no copy can be published (why says which): it
 // dead-letters m, as failed on attempt with cause, if WithDeadLetter says
 // where, and else leaves it in its stream. Either way a failure is
 // reported and counted unconfirmed.
 func (r *run) leaveLast(m *message, attempt uint64, cause error, why string) {
 	if r.cfg.deadLetterJS == nil {
+		m.seal()
 		r.unconfirmed.Add(1)
 		r.report(m.messageError("republish", fmt.Errorf("%w: %v, %s, and no dead-letter subject is set: the message stays in its stream", ErrNotConfirmed, cause, why)))
 		return
 	}
 	if err := r.deadLetter(m, attempt, cause); err != nil {
+		m.seal()
 		r.unconfirmed.Add(1)
 		r.report(m.messageError("dead-letter", fmt.Errorf("%w: %w", ErrNotConfirmed, err)))
 		return

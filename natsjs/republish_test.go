@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -240,6 +241,49 @@ func TestAStopCostsTheMessagesItHandsBackNoAttempt(t *testing.T) {
 		assert.False(t, he.Final, "%v", he)
 	}
 	assert.Len(t, hook.handlerErrors(), jobs)
+}
+
+// What a stop hands back keeps its progress messages until it is
+// settled: a copy may take longer than AckWait to be stored, and the
+// server must not deliver the message meanwhile to another process, which
+// would handle it, and then its copy. Here the stopping process's copies
+// reach the server two AckWaits late, while another process pulls.
+func TestWhatAStopHandsBackKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, time.Second, 5)
+	publishJobs(t, js, 2)
+
+	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	slowJS, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// The stopping process: job 0 runs until the stop cuts it (no grace
+	// period), job 1 waits behind it; each try of a copy waits 5 s for its
+	// answer.
+	started := make(chan struct{}, 2)
+	stopA := consuming(t, newPool(t, 1), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), natsjs.WithAhead(2), natsjs.WithSettleTimeout(20*time.Second))
+	recv(t, started, "job 0's handler did not start")
+	eventually(t, func() bool { return consumerInfo(t, cons).NumAckPending == 2 }, "the first process does not hold both jobs")
+
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	require.NoError(t, stopA())
+	require.Positive(t, proxy.held.Load(), "no copy went through the proxy")
+	eventually(t, func() bool { return ta.distinct() == 2 && streamEmpty(js, "JOBS") }, "the jobs were not handed back")
+	require.NoError(t, stopB())
+	assert.Equal(t, map[string]int{"0": 1, "1": 1}, ta.snapshot(), "a job handed back was delivered again while its copy was published")
 }
 
 // Every rolling deploy stops Run: a message caught by three stops in a

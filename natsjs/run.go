@@ -230,10 +230,15 @@ func (r *run) waitFlow(done func(flowCounts) bool) {
 
 // giveBackAsync hands back m, which no handler took, in a goroutine of its
 // own: the subscription's goroutine must go on delivering the answers of
-// probes.
+// probes. m keeps its progress until its settling goes out (see send): a
+// copy may take longer than AckWait to be stored.
 func (r *run) giveBackAsync(m *message) {
-	m.close()
-	r.async(func() { r.giveBack(m) })
+	m.hold()
+	r.flow.givingBackStart(m)
+	r.async(func() {
+		defer r.flow.givingBackDone(m)
+		r.giveBack(m)
+	})
 }
 
 // async runs f, a settling that may wait for the server, in a goroutine

@@ -52,7 +52,7 @@ func (r *run) settle(m *message, err error, stopped bool) {
 	}
 	defer r.report(he)
 	defer r.flow.released(m)
-	if m.close() {
+	if m.hold() {
 		return // the handler settled m itself, then failed
 	}
 	switch {
@@ -101,8 +101,8 @@ func (r *run) cut(m *message, he *HandlerError) {
 	if r.flow.requeue(m) {
 		return // in the queue, with its progress, until the stop hands it back
 	}
-	// The stop has handed the queue back: its pulls have ended.
-	m.close()
+	// The stop has handed the queue back: its pulls have ended. m is
+	// running still, with its progress, until it is given back.
 	r.giveBack(m)
 	r.flow.released(m)
 }
@@ -148,9 +148,13 @@ func (r *run) ack(m *message) {
 	r.flow.ackedPlain(m)
 }
 
-// send sends an ack body of the run's own for m, which it closed: plainly,
-// or, while Run is stopping, asking the server to confirm it.
+// send sends an ack body of the run's own for m, which it closed or held:
+// plainly, or, while Run is stopping, asking the server to confirm it. It
+// seals m first, so that m gets its progress messages until its settling
+// goes out (a copy published before it may take longer than AckWait), and
+// none after it, which could undo a Nak's delay.
 func (r *run) send(m *message, op string, body []byte) {
+	m.seal()
 	if r.stopping.Load() {
 		r.confirm(m, op, body)
 		return
@@ -223,7 +227,7 @@ func (r *run) confirm(m *message, op string, body []byte) bool {
 		try, cancelTry := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := r.nc.RequestWithContext(try, m.msg.Reply, body)
+			_, err := r.nc.RequestWithContext(try, m.delivery().Reply, body)
 			done <- err
 		}()
 		err := r.awaitAnswer(done, connected, reconnects, cancelTry)

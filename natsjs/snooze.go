@@ -68,7 +68,7 @@ func (r *run) snooze(m *message, d time.Duration, spent uint64, err error) {
 		return
 	}
 	defer r.flow.released(m)
-	if m.close() {
+	if m.hold() {
 		return // the handler settled m itself
 	}
 	if !copies || r.gone.Load() {
@@ -90,7 +90,7 @@ func (r *run) snooze(m *message, d time.Duration, spent uint64, err error) {
 	}
 }
 
-// retryLater settles m, closed, a delayed copy whose attempt failed on
+// retryLater settles m, held, a delayed copy whose attempt failed on
 // the server's last delivery while Run's count has attempts left: a
 // delayed copy of it, which comes back after d with spent attempts used.
 // If none can be published, m is dead-lettered or left, as at a stop.
@@ -114,7 +114,7 @@ func (r *run) retryLater(m *message, spent uint64, d time.Duration) {
 // failed on the server's last delivery and could not be copied again.
 var errLastDelivery = errors.New("natsjs: failed on the server's last delivery of a delayed copy, which could not be copied again")
 
-// copyLater publishes a delayed copy of m, closed, to its own subject:
+// copyLater publishes a delayed copy of m, held, to its own subject:
 // spent attempts used, its next attempt not before notBefore; and
 // terminates m. The copy's Nats-Msg-Id is idPrefix and m's stream,
 // sequence and time. If the stream has moved on, m is terminated without

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool/natsjs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,6 +73,45 @@ func TestASnoozeInAWorkQueueComesBackAfterItsDelayAndUsesNoAttempt(t *testing.T)
 	require.Len(t, hes, 1, "a snooze was reported: %v", hook.all())
 	assert.Equal(t, uint64(1), hes[0].Delivery, "the snoozes used attempts")
 	assert.False(t, hes[0].Final)
+}
+
+// The message a snooze copies stays held, with its progress messages,
+// until its term: the delayed copy may take longer than AckWait to be
+// stored. v3.2 stopped them before the copy was published: a copy stored
+// more than AckWait later left the message to come back, and its handler
+// ran again.
+func TestASnoozedMessageKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, time.Second, 5)
+	publishJobs(t, js, 1)
+
+	// Run's publications to jobs.> (its copies) reach the server two
+	// AckWaits late; each try of a copy waits 5 s for its answer.
+	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	slowJS, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// A second worker keeps a pull open, into which the server could
+	// deliver the message again.
+	var originals, copies atomic.Int32
+	stop := consuming(t, newPool(t, 2), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if msg.Headers().Get("Natsjs-Origin") != "" {
+			copies.Add(1)
+			return nil
+		}
+		originals.Add(1)
+		return natsjs.Snooze(100 * time.Millisecond)
+	}, natsjs.WithSettleTimeout(20*time.Second))
+	eventually(t, func() bool { return copies.Load() == 1 && streamEmpty(js, "JOBS") }, "the copy was not handled")
+	require.NoError(t, stop())
+	require.Positive(t, proxy.held.Load(), "no copy went through the proxy")
+	assert.Equal(t, int32(1), originals.Load(), "the snoozed message came back while its copy was published")
+	assert.Equal(t, int32(1), copies.Load())
 }
 
 // Outside a work queue a copy would reach every consumer: a snooze is a
