@@ -739,3 +739,36 @@ func TestTheCountsBalanceRightAfterACanceledGroupOrMapReturns(t *testing.T) {
 		})
 	}
 }
+
+// TestTheHeapReturnsAfterABurstOfGivenUpTasks: tasks given up behind a
+// waiting task stay in the queue, marked, until they reach its front (see
+// giving up); once the queue has drained, nothing of them is left (promise
+// 10): the scheduler's record of them, a map, which never shrinks, goes
+// with its last entry.
+func TestTheHeapReturnsAfterABurstOfGivenUpTasks(t *testing.T) {
+	const n = 1 << 15
+	p := workerpool.New(1)
+	defer p.StopWait()
+	fn := func(context.Context) error { return nil }
+	warm := p.Group(context.Background())
+	warm.Go(fn)
+	require.NoError(t, warm.Wait())
+	before := liveHeap()
+
+	ctx, resume := context.WithCancel(context.Background())
+	p.Pause(ctx)
+	require.NoError(t, p.Submit(func() {})) // waits ahead of the group's tasks
+	gctx, cancel := context.WithCancel(context.Background())
+	g := p.Group(gctx)
+	for range n {
+		g.Go(fn)
+	}
+	cancel()
+	_ = g.Wait()
+	resume()
+	require.NoError(t, p.SubmitWait(func() {})) // behind the whole queue: it has drained
+	g = nil
+	grown := int64(liveHeap()) - int64(before)
+	assert.Less(t, grown, int64(64<<10), "the heap grew by %d B (%.1f B a task given up) and stays so once the queue drained", grown, float64(grown)/n)
+	assert.Equal(t, uint64(n), p.Status().Canceled)
+}

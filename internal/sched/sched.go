@@ -386,6 +386,7 @@ func (s *Scheduler[W]) drain(tasks []Entry[W], q *Queue[W]) []Entry[W] {
 		}
 		kept = append(kept, e)
 	}
+	s.forgetGone()
 	return kept
 }
 
@@ -418,6 +419,15 @@ func (s *Scheduler[W]) dropGone(q *Queue[W]) {
 		}
 		delete(s.gone, seq)
 		q.fifo.popFront()
+	}
+	s.forgetGone()
+}
+
+// forgetGone lets the map of given-up tasks go once it is empty: a map
+// never shrinks, and a burst of tasks given up would keep its size.
+func (s *Scheduler[W]) forgetGone() {
+	if s.gone != nil && len(s.gone) == 0 {
+		s.gone = nil
 	}
 }
 
