@@ -65,6 +65,10 @@ type Status struct {
 	// (or have just been handed) a task and Idle = Workers - Busy wait for
 	// one. Waiting is the number of tasks in the waiting queue.
 	Workers, Busy, Idle, Waiting int
+	// Paced is the part of Waiting that a rate holds back (see
+	// [Pool.SetRate]): tasks that would start but for a token of the
+	// pool's rate, their sub-pool's or their key's.
+	Paced int
 	// PeakWorkers and PeakWaiting are the highest Workers and Waiting seen.
 	PeakWorkers, PeakWaiting int
 	// Submitted counts accepted tasks, including those a [CallerRuns]

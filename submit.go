@@ -17,11 +17,13 @@ type Submitter interface {
 	SubmitKey(key string, task func()) error
 
 	// target returns the pool's state and the sub-pool's lane (nil: the
-	// pool's own queue) that submissions go to.
+	// pool's own queue) that submissions go to; priority their level.
 	target() (*state, *lane)
+	priority() int32
 }
 
 func (p *Pool) target() (*state, *lane) { return p.s, nil }
+func (p *Pool) priority() int32         { return 0 }
 
 // Submit queues task to run on a worker and returns without waiting for it.
 // Tasks are handed to workers in the order the pool accepted them; with
@@ -134,7 +136,7 @@ func (s *state) submitKey(l *lane, key string, fn func()) error {
 // it returns nil, the pool calls w.finish exactly once; if not, never.
 func submitWaiter(to Submitter, ctx context.Context, w waiter, overflow Overflow) error {
 	s, l := to.target()
-	return s.submitTo(l, ctx, message{task: task{W: w}}, overflow)
+	return s.submitTo(l, ctx, message{task: task{W: w}, level: to.priority()}, overflow)
 }
 
 // submitTo hands m to the loop, for the pool's own queue (l nil) or the
@@ -302,7 +304,7 @@ func (w *waitTask) finish(err error) {
 // Submitter is a programming error, which would otherwise show as a nil
 // dereference, sometimes on a worker, far from its cause.
 func mustTarget(fn string, s Submitter) (*state, *lane) {
-	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
+	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) || s == (*Level)(nil) {
 		panic("workerpool: " + fn + ": nil Submitter")
 	}
 	return s.target()

@@ -32,19 +32,30 @@ type Subpool struct {
 }
 
 // Subpool returns a new sub-pool of p called name, whose tasks run on p's
-// workers, at most limit of them at once. name is only a label, for the
-// caller's use (see [Subpool.Name]); sub-pools may share one. On a stopped
-// pool, the sub-pool's submissions return [ErrStopped]. A sub-pool with no
-// task waiting costs the pool nothing.
+// workers, at most limit of them at once, configured by opts. name is only
+// a label, for the caller's use (see [Subpool.Name]); sub-pools may share
+// one. On a stopped pool, the sub-pool's submissions return [ErrStopped].
+// A sub-pool with no task waiting costs the pool nothing.
 //
-// Subpool panics if limit < 1.
-func (p *Pool) Subpool(name string, limit int) *Subpool {
+// Subpool panics if limit < 1, or on an impossible option.
+func (p *Pool) Subpool(name string, limit int, opts ...SubpoolOption) *Subpool {
 	if limit < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
+	}
+	cfg := subpoolConfig{weight: 1}
+	for _, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("workerpool: Subpool(%q, %d): nil option", name, limit))
+		}
+		opt(&cfg)
+	}
+	if cfg.weight < 1 || cfg.weight > MaxWeight {
+		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): WithWeight(%d) is outside 1..MaxWeight", name, limit, cfg.weight))
 	}
 	s := &Subpool{p: p, name: name}
 	s.lane = &lane{sub: s, stopping: make(chan struct{})}
 	s.lane.queue = sched.NewQueue[waiter](s.lane, limit)
+	s.lane.queue.SetWeight(cfg.weight)
 	s.lane.stats.limit.Store(int64(limit))
 	p.subpools.mu.Lock()
 	p.subpools.list = append(p.subpools.list, s)
@@ -52,7 +63,29 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 	return s
 }
 
+// A SubpoolOption configures a [Subpool]; pass options to [Pool.Subpool].
+type SubpoolOption func(*subpoolConfig)
+
+type subpoolConfig struct {
+	weight int
+}
+
+// MaxWeight is the highest weight of a sub-pool.
+const MaxWeight = sched.MaxWeight
+
+// WithWeight gives the sub-pool w turns for each turn of a queue of weight
+// 1 (the pool's own, and every sub-pool made without it): when several
+// queues hold tasks that may start, they take turns in proportion to their
+// weights, by smooth weighted round robin, interleaved rather than in
+// bursts. A sub-pool at its limit, or that a rate holds back, is passed
+// over and keeps its turn, as with weight 1. w must be 1 (the default) to
+// [MaxWeight].
+func WithWeight(w int) SubpoolOption {
+	return func(c *subpoolConfig) { c.weight = w }
+}
+
 func (s *Subpool) target() (*state, *lane) { return s.p.s, s.lane }
+func (s *Subpool) priority() int32         { return 0 }
 
 // Subpools returns the pool's sub-pools that have not been stopped, in the
 // order they were made: a metrics exporter lists them at each scrape. A
@@ -248,6 +281,7 @@ func (s *Subpool) Status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
 		Canceled:    canceled,
+		Paced:       min(int(st.paced.Load()), waiting),
 		Timed:       s.p.s.cfg.timings,
 		Wait:        l.timings.wait.snapshot(),
 		Run:         l.timings.run.snapshot(),
