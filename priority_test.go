@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -211,4 +213,33 @@ func TestPriorityPanicsOnANegativeLevel(t *testing.T) {
 		_, _ = workerpool.Map(context.Background(), v, []int{1}, func(context.Context, int) (int, error) { return 0, nil })
 	})
 	_ = time.Second
+}
+
+// Within a queue, a higher level goes first: retries jump the queue of
+// first tries.
+func ExamplePool_Priority() {
+	p := workerpool.New(1) // one worker, so the start order is plain
+	retries := p.Priority(1)
+
+	var mu sync.Mutex
+	var order []string
+	record := func(name string) func() {
+		return func() {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}
+	}
+	ctx, resume := context.WithCancel(context.Background())
+	p.Pause(ctx) // hold the worker while the queue fills
+	p.Submit(record("first1"))
+	p.Submit(record("first2"))
+	retries.Submit(record("retry1"))
+	p.Submit(record("first3"))
+	retries.Submit(record("retry2"))
+	resume()
+
+	p.StopWait()
+	fmt.Println(strings.Join(order, " "))
+	// Output: retry1 retry2 first1 first2 first3
 }

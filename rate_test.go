@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -419,4 +420,42 @@ func TestEveryIsOneStartPerInterval(t *testing.T) {
 	assert.Equal(t, workerpool.Limit(2), workerpool.Every(500*time.Millisecond))
 	assert.Equal(t, workerpool.Inf, workerpool.Every(0))
 	assert.True(t, errors.Is(workerpool.ErrStopped, workerpool.ErrStopped))
+}
+
+// A rate paces the tasks of a pool, a sub-pool or each key: here two at
+// once, then one every 10 ms. The tasks wait in the queue, not on a
+// worker.
+func ExamplePool_SetRate() {
+	p := workerpool.New(8)
+	p.SetRate(workerpool.Every(10*time.Millisecond), 2)
+
+	start := time.Now()
+	for range 6 {
+		p.Submit(func() {})
+	}
+	p.StopWait() // waits for the rate to let every task start
+	fmt.Println(time.Since(start) >= 40*time.Millisecond)
+	// Output: true
+}
+
+// Each key has its own rate: two requests a second to each host, one at a
+// time, and hosts do not wait for each other.
+func ExamplePool_SetKeyRate() {
+	p := workerpool.New(8)
+	p.SetKeyRate(workerpool.Every(20*time.Millisecond), 1)
+
+	var mu sync.Mutex
+	fetched := map[string]int{}
+	start := time.Now()
+	for _, url := range []string{"a.example/1", "b.example/1", "a.example/2", "b.example/2", "a.example/3"} {
+		host, _, _ := strings.Cut(url, "/")
+		p.SubmitKey(host, func() {
+			mu.Lock()
+			fetched[host]++
+			mu.Unlock()
+		})
+	}
+	p.StopWait()
+	fmt.Println(fetched["a.example"], fetched["b.example"], time.Since(start) >= 40*time.Millisecond)
+	// Output: 3 2 true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -72,4 +73,33 @@ func TestWithWeightOutsideItsRangePanics(t *testing.T) {
 	assert.Panics(t, func() { p.Subpool("a", 1, workerpool.WithWeight(workerpool.MaxWeight+1)) })
 	assert.Panics(t, func() { p.Subpool("a", 1, nil) })
 	assert.NotPanics(t, func() { p.Subpool("a", 1, workerpool.WithWeight(workerpool.MaxWeight)) })
+}
+
+// A sub-pool of weight 2 takes two turns for each of a sub-pool of weight
+// 1, interleaved.
+func ExampleWithWeight() {
+	p := workerpool.New(1) // one worker, so the start order is plain
+	paid := p.Subpool("paid", 1, workerpool.WithWeight(2))
+	free := p.Subpool("free", 1)
+
+	var mu sync.Mutex
+	var order []string
+	record := func(name string) func() {
+		return func() {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}
+	}
+	ctx, resume := context.WithCancel(context.Background())
+	p.Pause(ctx) // hold the worker while both queues fill
+	for range 6 {
+		paid.Submit(record("paid"))
+		free.Submit(record("free"))
+	}
+	resume()
+
+	p.StopWait()
+	fmt.Println(strings.Join(order[:9], " "))
+	// Output: paid free paid paid free paid paid free paid
 }
