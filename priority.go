@@ -30,13 +30,22 @@ type Level struct {
 // level of [Pool.Submit]. It panics if level is negative or above
 // [MaxLevel].
 func (p *Pool) Priority(level int) *Level {
-	return &Level{s: p.s, level: checkLevel("Priority", level)}
+	v := &Level{s: p.s, level: checkLevel("Priority", level)}
+	if p.s.cfg.timings {
+		p.s.timings.levels.keep(v.level)
+	}
+	return v
 }
 
 // Priority returns the sub-pool's queue at level, as [Pool.Priority] does
 // the pool's.
 func (s *Subpool) Priority(level int) *Level {
-	return &Level{s: s.p.s, lane: s.lane, level: checkLevel("Subpool.Priority", level)}
+	v := &Level{s: s.p.s, lane: s.lane, level: checkLevel("Subpool.Priority", level)}
+	if v.s.cfg.timings {
+		v.s.timings.levels.keep(v.level)
+		s.lane.timings.levels.keep(v.level)
+	}
+	return v
 }
 
 // MaxLevel is the highest priority level.

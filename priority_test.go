@@ -243,3 +243,29 @@ func ExamplePool_Priority() {
 	fmt.Println(strings.Join(order, " "))
 	// Output: retry1 retry2 first1 first2 first3
 }
+
+func TestWithTimingsStatusSumsUpWaitsByLevel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1, workerpool.WithTaskTimings())
+		assert.Nil(t, p.Status().LevelWait, "no level made: no sums by level")
+		a := p.Subpool("a", 1)
+		high := a.Priority(2)
+		release := hold(t, p, 1)
+		time.Sleep(time.Second)
+		require.NoError(t, a.Submit(func() {}))
+		require.NoError(t, high.Submit(func() {}))
+		time.Sleep(time.Second)
+		release()
+		p.StopWait()
+		waits := p.Status().LevelWait
+		require.Contains(t, waits, 0)
+		require.Contains(t, waits, 2)
+		assert.Equal(t, uint64(2), waits[0].Count, "the holding task and a's")
+		assert.Equal(t, time.Second, waits[0].Max)
+		assert.Equal(t, uint64(1), waits[2].Count)
+		assert.Equal(t, time.Second, waits[2].Total, "the high task went first, after the hold")
+		sub := a.Status().LevelWait
+		assert.Equal(t, uint64(1), sub[0].Count)
+		assert.Equal(t, uint64(1), sub[2].Count)
+	})
+}

@@ -214,6 +214,7 @@ func (s *state) status() Status {
 		Timed:       s.cfg.timings,
 		Wait:        s.timings.wait.snapshot(),
 		Run:         s.timings.run.snapshot(),
+		LevelWait:   s.timings.levels.snapshot(),
 	}
 }
 

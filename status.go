@@ -93,4 +93,8 @@ type Status struct {
 	// counted in both once it has ended.
 	Timed     bool
 	Wait, Run Timing
+	// LevelWait sums up Wait by priority level, once a [Level] was made
+	// (see [Pool.Priority]) on a pool that times its tasks: for 0 and each
+	// level made. Else it is nil.
+	LevelWait map[int]Timing
 }

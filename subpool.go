@@ -285,6 +285,7 @@ func (s *Subpool) Status() Status {
 		Timed:       s.p.s.cfg.timings,
 		Wait:        l.timings.wait.snapshot(),
 		Run:         l.timings.run.snapshot(),
+		LevelWait:   l.timings.levels.snapshot(),
 	}
 }
 

@@ -3,6 +3,7 @@ package prom_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,7 +336,7 @@ func TestMetricsAreLintClean(t *testing.T) {
 		return reg
 	}())
 	require.NoError(t, err)
-	require.Equal(t, 12+11, n, "the pool's 10 and 2 histograms, the sub-pool's 9 and 2: all linted")
+	require.Equal(t, 13+12, n, "the pool's 11 and 2 histograms, the sub-pool's 10 and 2: all linted")
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
@@ -424,4 +425,51 @@ func TestScrapesDuringHeavySubmissionBlockNothing(t *testing.T) {
 
 func TestNewCollectorPanicsOnANilPool(t *testing.T) {
 	assert.PanicsWithValue(t, "prom: NewCollector: the pool is nil", func() { prom.NewCollector("x", nil) })
+}
+
+func TestPacedTasksAndWaitsByLevelAreExported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithTaskTimings())
+		mail := p.Subpool("mail", 2)
+		mail.SetRate(workerpool.Every(time.Second), 1)
+		urgent := mail.Priority(3)
+		c := prom.NewCollector("jobs", p)
+		for range 3 {
+			require.NoError(t, urgent.Submit(noop))
+		}
+		synctest.Wait()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(c)
+		assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP workerpool_subpool_tasks_paced Tasks waiting that a rate holds back.
+# TYPE workerpool_subpool_tasks_paced gauge
+workerpool_subpool_tasks_paced{pool="jobs",subpool="mail"} 2
+# HELP workerpool_tasks_paced Tasks waiting that a rate holds back.
+# TYPE workerpool_tasks_paced gauge
+workerpool_tasks_paced{pool="jobs"} 2
+`), "workerpool_tasks_paced", "workerpool_subpool_tasks_paced"))
+		p.StopWait()
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		counts := map[string]uint64{}
+		for _, f := range fams {
+			if !strings.HasSuffix(f.GetName(), "task_level_wait_seconds") {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "level" {
+						counts[f.GetName()+"/"+l.GetValue()] = m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		assert.Equal(t, map[string]uint64{
+			"workerpool_task_level_wait_seconds/0": 0, "workerpool_task_level_wait_seconds/3": 3,
+			"workerpool_subpool_task_level_wait_seconds/0": 0, "workerpool_subpool_task_level_wait_seconds/3": 3,
+		}, counts)
+		problems, err := testutil.CollectAndLint(c)
+		require.NoError(t, err)
+		assert.Empty(t, problems)
+	})
 }
