@@ -349,7 +349,7 @@ func (d *loop) accept(m message) {
 	}
 	if !d.dropping && !d.paused && d.sched.StartsNow(e) && d.outboxAllOf(e.Queue) {
 		e.Turn = d.sched.NextTurn(e.Queue)
-		if d.give(e, false) {
+		if d.give(e, e.Tokens != 0) { // a paced task starts as it takes its token
 			d.sched.Start(e)
 			d.publishLane(e.Queue)
 			d.quiet = d.quiet && !e.Reported() && d.room() // the loop hears of its end

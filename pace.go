@@ -67,8 +67,10 @@ func (d *loop) publishPaced() {
 }
 
 // setRate sets the rate r asks for: of the pool (every task), of a
-// sub-pool's queue, or of each key of a queue. Tasks already handed out
-// keep the tokens they took.
+// sub-pool's queue, or of each key of a queue. The tasks it applies to
+// that wait in the outbox, handed out without a token, come back first,
+// to start as the rate allows: no task starts unpaced once SetRate
+// returns.
 func (d *loop) setRate(r *request) {
 	d.rated = true
 	d.sched.SetNow(d.s.now())
@@ -78,10 +80,13 @@ func (d *loop) setRate(r *request) {
 	}
 	switch {
 	case r.keys:
+		d.takeBack(func(e entry) bool { return e.Queue == q && e.Key != nil })
 		d.sched.SetKeyRate(q, r.rate)
 	case r.lane != nil:
+		d.takeBack(func(e entry) bool { return e.Queue == q })
 		d.sched.SetQueueRate(q, r.rate)
 	default:
+		d.takeBack(nil)
 		d.sched.SetRate(r.rate)
 	}
 	d.fill()

@@ -30,9 +30,12 @@ func Every(interval time.Duration) Limit {
 // second on average. A token is taken as a task is handed to a worker,
 // never inside the task, and given back if the pool takes the hand-off
 // back before the task started (a pause, a stop, another queue's turn).
-// Inf removes the rate. It takes effect for the tasks handed out after
-// SetRate returns; the tokens the pool holds are kept, up to the new
-// burst, and a new rate starts with burst tokens.
+// Inf removes the rate. It applies to every task not started when SetRate
+// returns; the whole tokens the pool holds are kept, up to the new burst,
+// and a new rate starts with burst tokens. A paced task goes only to a
+// worker free to start it at once, never to the hand-off buffer ahead of
+// the workers, so it starts as it takes its token: tasks handed out at
+// the rate's pace cannot pile up there and then start in a burst.
 //
 // A task a rate holds back waits in its queue: it counts as Waiting (and
 // as Paced, in [Status]), against the bound of [WithMaxWaiting], and the

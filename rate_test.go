@@ -459,3 +459,24 @@ func ExamplePool_SetKeyRate() {
 	fmt.Println(fetched["a.example"], fetched["b.example"], time.Since(start) >= 40*time.Millisecond)
 	// Output: 3 2 true
 }
+
+func TestARateSetWhileTheBufferHoldsTasksPacesThemToo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(1)
+		release := hold(t, p, 1)
+		var log startLog
+		for range 10 {
+			require.NoError(t, p.Submit(log.task("t", 0))) // into the hand-off buffer
+		}
+		synctest.Wait()
+		p.SetRate(workerpool.Every(time.Second), 2)
+		release()
+		synctest.Wait()
+		assert.Len(t, log.get("t"), 2, "the burst, and no more: the buffer's tasks came back to the queue")
+		time.Sleep(7 * time.Second)
+		synctest.Wait()
+		assert.Len(t, log.get("t"), 9)
+		assertPaced(t, "the pool", log.get("t"), 1, 2)
+		p.StopWait()
+	})
+}

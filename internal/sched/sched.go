@@ -601,9 +601,14 @@ func (s *Scheduler[W]) Idle(q *Queue[W]) bool { return q.waiting == 0 && q.runni
 // MayBuffer reports whether q's tasks may wait in the hand-off's outbox,
 // ahead of the workers: not while a key holds back one of its tasks (a
 // busy key, or one waiting for a token), so that once its key is free
-// that task finds no later one of its queue handed out before it. Then
-// its tasks go only to a worker free to start them at once.
-func (s *Scheduler[W]) MayBuffer(q *Queue[W]) bool { return q.held == 0 }
+// that task finds no later one of its queue handed out before it; and not
+// while a rate applies to them, so that a task starts as it takes its
+// token, and tasks handed out at the rate's pace cannot pile up there and
+// start in a burst. Then its tasks go only to a worker free to start them
+// at once.
+func (s *Scheduler[W]) MayBuffer(q *Queue[W]) bool {
+	return q.held == 0 && s.rate.None() && !q.rated()
+}
 
 // Queues returns the queues with waiting tasks in the order of their
 // turns, those set aside included: what the tests compare with their

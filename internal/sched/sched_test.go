@@ -907,7 +907,8 @@ func (m *model) check() {
 				require.False(m.t, m.keyOut(l, key), "queue %d: key %s", l, key)
 			}
 		}
-		require.Equal(m.t, held == 0, m.s.MayBuffer(q), "queue %d: its tasks may wait in the outbox unless a key holds one back", l)
+		rated := m.pool != nil || m.queue[l] != nil || !m.keyRate[l].None()
+		require.Equal(m.t, held == 0 && !rated, m.s.MayBuffer(q), "queue %d: its tasks may wait in the outbox unless a key holds one back or a rate applies", l)
 		place := m.placeOf(l)
 		require.Equal(m.t, place, q.placed(), "queue %d's place (0 none, 1 aside, 2 paced, 3 in the turns)", l)
 		nPaced := 0
