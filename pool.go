@@ -144,6 +144,20 @@
 // a key's last task has ended, the pool keeps nothing of it but a line in a
 // small cache of unused ones.
 //
+// # Rates, levels and weights
+//
+// [Pool.SetRate], [Subpool.SetRate] and their SetKeyRate pace the starts of
+// the pool's tasks, a sub-pool's, or each key's, as golang.org/x/time/rate
+// does ([Limit], [Every], a burst): a task that a rate holds back waits in
+// its queue, counted Waiting and Paced, never on a worker, and takes its
+// token as a worker starts it. [Pool.Priority] and [Subpool.Priority]
+// return a [Level], a [Submitter] whose tasks go before the lower levels'
+// of their queue; queues still take turns, and a key's tasks keep their
+// order whatever their levels. [WithWeight] gives a sub-pool more turns
+// than the others, in proportion, interleaved. The rules live in the
+// dispatcher's scheduler: a pool that uses none of them pays nothing for
+// them, and one with no rate reads no clock for them.
+//
 // # Futures, Groups, Map and Call
 //
 // [Go] submits a func with a result and returns a [Future]; [Pool.Group]
