@@ -99,8 +99,9 @@ type loop struct {
 	// scheduler the time; pacer is the one timer that wakes the loop when
 	// a rate holds a task back, its channel paceC while it is set, for
 	// paceAt; pacedLanes the lanes whose count of paced tasks was last
-	// published above 0.
+	// published above 0, and pacedShown says the pool's was.
 	rated      bool
+	pacedShown bool
 	pacer      *time.Timer
 	paceC      <-chan time.Time
 	paceAt     int64

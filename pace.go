@@ -25,6 +25,9 @@ func (d *loop) clock(q *queue) {
 // the loop's select only while it is set.
 func (d *loop) pace() {
 	at, ok := d.sched.NextStart()
+	if !ok && d.paceC == nil && d.pacedLanes == nil && !d.pacedShown {
+		return // nothing held back, now or at the last look: a rate on an idle queue costs this
+	}
 	d.publishPaced()
 	if !ok || d.paused || d.dropping {
 		if d.paceC != nil {
@@ -48,7 +51,9 @@ func (d *loop) pace() {
 // publishPaced publishes how many waiting tasks a rate holds back, for
 // the pool's Status and each sub-pool's.
 func (d *loop) publishPaced() {
-	d.s.stats.paced.Store(int64(d.sched.PacedAll()))
+	n := d.sched.PacedAll()
+	d.s.stats.paced.Store(int64(n))
+	d.pacedShown = n > 0
 	var lanes []*lane
 	for _, q := range d.sched.Queues() {
 		if l, ok := q.Owner.(*lane); ok {
