@@ -33,6 +33,7 @@ func TestWithinAQueueAHigherLevelStartsFirstAndALevelIsFIFO(t *testing.T) {
 			require.NoError(t, p.Priority(level).Submit(s.task(name)))
 			want[level] = append(want[level], name)
 		}
+		synctest.Wait() // the loop has taken each one in
 		release()
 		p.StopWait()
 		assert.Equal(t, slices.Concat(want[2], want[1], want[0]), s.got())
@@ -144,21 +145,22 @@ func TestStopReturnsTasksOfEveryLevelInAcceptanceOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := workerpool.New(1)
 		release := hold(t, p, 1)
+		var s starts
 		var names []string
-		ran := map[string]bool{}
 		for i := range 6 {
 			name := fmt.Sprint(i)
 			names = append(names, name)
-			require.NoError(t, p.Priority(i%3).Submit(func() { ran[name] = true }))
+			require.NoError(t, p.Priority(i%3).Submit(s.task(name)))
 		}
-		synctest.Wait()
-		go release()
-		dropped := p.Stop()
-		require.Len(t, dropped, 6)
+		stopped := make(chan []func())
+		go func() { stopped <- p.Stop() }()
+		synctest.Wait() // the queue is dropped; Stop waits for the held task
+		release()
+		dropped := <-stopped
 		for _, fn := range dropped {
 			fn()
 		}
-		assert.Len(t, ran, 6)
+		assert.Equal(t, names, s.got(), "every level's, in the order accepted")
 	})
 }
 
