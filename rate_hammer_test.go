@@ -216,3 +216,89 @@ func TestAtkAPausedPoolWithAKeyRateStartsNoTaskAndGathersAtMostTheBurst(t *testi
 		assertPaced(t, "key k", starts, 1, 2)
 	})
 }
+
+// Each feature (a rate, a level, a weight) under each way of stopping,
+// pausing, resizing and bounding the pool: nothing is lost, nothing runs
+// twice, a stop's dropped tasks come back in acceptance order.
+func TestAtkEachFeatureUnderStopsPausesResizesAndABound(t *testing.T) {
+	type setup func(p *workerpool.Pool) workerpool.Submitter
+	features := map[string]setup{
+		"rate": func(p *workerpool.Pool) workerpool.Submitter {
+			s := p.Subpool("s", 2)
+			s.SetRate(workerpool.Every(100*time.Millisecond), 2)
+			return s
+		},
+		"key rate": func(p *workerpool.Pool) workerpool.Submitter {
+			p.SetKeyRate(workerpool.Every(100*time.Millisecond), 1)
+			return keyed{p}
+		},
+		"level": func(p *workerpool.Pool) workerpool.Submitter { return p.Priority(2) },
+		"weight": func(p *workerpool.Pool) workerpool.Submitter {
+			return p.Subpool("w", 2, workerpool.WithWeight(3))
+		},
+	}
+	ops := map[string]func(t *testing.T, p *workerpool.Pool, ran *atomic.Int64, names []string, got *starts){
+		"StopWait": func(t *testing.T, p *workerpool.Pool, ran *atomic.Int64, names []string, got *starts) {
+			p.StopWait()
+			assert.Equal(t, int64(len(names)), ran.Load(), "every task ran")
+		},
+		"Stop": func(t *testing.T, p *workerpool.Pool, ran *atomic.Int64, names []string, got *starts) {
+			time.Sleep(150 * time.Millisecond)
+			dropped := p.Stop()
+			n := ran.Load()
+			for _, fn := range dropped {
+				fn()
+			}
+			assert.Equal(t, int64(len(names)), ran.Load(), "every task ran once, or came back")
+			assert.Equal(t, names[n:], got.got()[n:], "the dropped ones are the last accepted, in order")
+		},
+		"Shutdown": func(t *testing.T, p *workerpool.Pool, ran *atomic.Int64, names []string, got *starts) {
+			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+			defer cancel()
+			dropped, _ := p.Shutdown(ctx)
+			assert.Equal(t, int64(len(names)), ran.Load()+int64(len(dropped)))
+		},
+		"Pause and Resize": func(t *testing.T, p *workerpool.Pool, ran *atomic.Int64, names []string, got *starts) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			p.Pause(ctx)
+			before := ran.Load()
+			p.Resize(1)
+			time.Sleep(900 * time.Millisecond)
+			assert.Equal(t, before, ran.Load(), "nothing starts while paused")
+			p.Resize(3)
+			p.StopWait()
+			assert.Equal(t, int64(len(names)), ran.Load())
+		},
+	}
+	for fname, feature := range features {
+		for oname, op := range ops {
+			t.Run(fname+"/"+oname, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					p := workerpool.New(2, workerpool.WithMaxWaiting(8))
+					s := feature(p)
+					var ran atomic.Int64
+					var got starts
+					var names []string
+					for i := range 12 {
+						name := fmt.Sprint(i)
+						names = append(names, name)
+						require.NoError(t, s.Submit(func() { got.task(name)(); ran.Add(1); time.Sleep(10 * time.Millisecond) }))
+					}
+					if oname == "StopWait" && fname != "key rate" { // SubmitKey waits for room
+						// The bound holds for each feature: a full queue
+						// rejects a try.
+						assert.ErrorIs(t, s.TrySubmit(func() {}), workerpool.ErrQueueFull)
+					}
+					op(t, p, &ran, names, &got)
+				})
+			})
+		}
+	}
+}
+
+// keyed submits every task of a pool with one key.
+type keyed struct{ *workerpool.Pool }
+
+func (k keyed) Submit(fn func()) error    { return k.Pool.SubmitKey("k", fn) }
+func (k keyed) TrySubmit(fn func()) error { return k.Pool.SubmitKey("k", fn) }

@@ -239,7 +239,9 @@ func (s *Scheduler[W]) Take() Entry[W] {
 	e.Turn = q.turn
 	e.Tokens = s.tokensFor(q, e.Key)
 	q.remove(e)
-	s.dropGone(q.levelOf(e.Level))
+	if len(s.gone) > 0 {
+		s.dropGone(q.levelOf(e.Level))
+	}
 	s.count(q, -1)
 	s.Start(e)
 	if s.now.Before(q.turn.at()) {
