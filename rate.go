@@ -27,15 +27,14 @@ func Every(interval time.Duration) Limit {
 
 // SetRate paces the pool's tasks, every sub-pool's included: at most burst
 // of them start at once, and the pool then starts no more than limit a
-// second on average. A token is taken as a task is handed to a worker,
-// never inside the task, and given back if the pool takes the hand-off
-// back before the task started (a pause, a stop, another queue's turn).
-// Inf removes the rate. It applies to every task not started when SetRate
+// second on average. A paced task goes only to a worker free to start it
+// at once, never to the hand-off buffer ahead of the workers, and takes
+// its token then, never inside the task: so tasks handed out at the
+// rate's pace cannot pile up in the buffer and then start in a burst, and
+// no pause, stop or turn ever takes back a task that holds a token. Inf
+// removes the rate. It applies to every task not started when SetRate
 // returns; the whole tokens the pool holds are kept, up to the new burst,
-// and a new rate starts with burst tokens. A paced task goes only to a
-// worker free to start it at once, never to the hand-off buffer ahead of
-// the workers, so it starts as it takes its token: tasks handed out at
-// the rate's pace cannot pile up there and then start in a burst.
+// and a full bucket, or a new rate's, starts with burst tokens.
 //
 // A task a rate holds back waits in its queue: it counts as Waiting (and
 // as Paced, in [Status]), against the bound of [WithMaxWaiting], and the

@@ -49,14 +49,15 @@ func (r Rate) full(tat, now int64) bool { return tat <= now }
 
 // reshape returns the tat of a bucket of shape to that holds, at now, the
 // whole tokens that a bucket of shape r at tat holds (a part of a token is
-// lost), at most to's burst.
+// lost), at most to's burst; a full bucket stays full. So a key's bucket,
+// which the scheduler forgets once full, is the same whether or not it
+// was forgotten.
 func (r Rate) reshape(to Rate, tat, now int64) int64 {
-	tokens := r.Burst
-	if tat > now {
-		missing := (tat - now + r.Interval - 1) / r.Interval
-		tokens = max(r.Burst-missing, 0)
+	if tat <= now {
+		return now // full
 	}
-	tokens = min(tokens, to.Burst)
+	missing := (tat - now + r.Interval - 1) / r.Interval
+	tokens := min(max(r.Burst-missing, 0), to.Burst)
 	if tokens == to.Burst {
 		return now
 	}
@@ -274,7 +275,8 @@ func (s *Scheduler[W]) NeedsTime(q *Queue[W]) bool {
 }
 
 // SetRate sets the pool's rate (the zero Rate: none). The bucket keeps the
-// whole tokens it holds, up to the new burst; a new rate starts full.
+// whole tokens it holds, up to the new burst; a full bucket, or a new
+// rate's, starts full.
 func (s *Scheduler[W]) SetRate(r Rate) {
 	s.tat = reshape(s.rate, r, s.tat, s.clock)
 	s.rate = r

@@ -705,7 +705,7 @@ func (m *model) step(b byte) {
 }
 
 // reshape returns bucket b changed to rate r: with the whole tokens it
-// held, up to r's burst; full if new; nil for no rate.
+// held, up to r's burst; full if it was full, or new; nil for no rate.
 func (m *model) reshape(b *modelBucket, r Rate) *modelBucket {
 	switch {
 	case r.None():
@@ -714,6 +714,9 @@ func (m *model) reshape(b *modelBucket, r Rate) *modelBucket {
 		return &modelBucket{r: r, level: r.Burst * r.Interval, at: m.clock}
 	}
 	b.fill(m.clock)
+	if b.level == b.r.Burst*b.r.Interval {
+		return &modelBucket{r: r, level: r.Burst * r.Interval, at: m.clock} // full stays full
+	}
 	tokens := min(b.level/b.r.Interval, r.Burst)
 	return &modelBucket{r: r, level: tokens * r.Interval, at: m.clock}
 }
