@@ -183,8 +183,9 @@ func BenchmarkSubpool(b *testing.B) {
 }
 
 // BenchmarkIdleSubpool compares Submit to a pool with an idle sub-pool
-// (made, never used) against Submit to a pool without one: what a sub-pool
-// costs the pool's own tasks while it has nothing to do.
+// (made, never used), and with an idle sub-pool that has a rate, against
+// Submit to a pool without one: what a sub-pool, and a rate on it, cost
+// the pool's own tasks while it has nothing to do.
 func BenchmarkIdleSubpool(b *testing.B) {
 	for _, n := range []int{1, 4} {
 		b.Run(fmt.Sprintf("none/workers=%d", n), func(b *testing.B) {
@@ -193,6 +194,15 @@ func BenchmarkIdleSubpool(b *testing.B) {
 		b.Run(fmt.Sprintf("idle/workers=%d", n), func(b *testing.B) {
 			p := workerpool.New(n)
 			p.Subpool("idle", 1)
+			benchSubmit(b, p, false, nil)
+		})
+		b.Run(fmt.Sprintf("idle-rated/workers=%d", n), func(b *testing.B) {
+			// A rate on the idle sub-pool, and on its keys: the pool reads
+			// no clock for its own tasks, and never goes through pacing.
+			p := workerpool.New(n)
+			s := p.Subpool("idle", 1)
+			s.SetRate(10, 1)
+			s.SetKeyRate(1, 1)
 			benchSubmit(b, p, false, nil)
 		})
 	}

@@ -74,6 +74,6 @@ func countCanceled(to Submitter, n int) {
 func noteSpot(e entry) {
 	if c, ok := e.W.(cancelable); ok {
 		at := c.spot()
-		at.queue, at.seq = e.Queue, e.Seq
+		at.queue, at.level, at.seq = e.Queue, e.Level, e.Seq
 	}
 }

@@ -3,6 +3,7 @@ package workerpool
 import (
 	"math"
 	"runtime"
+	"time"
 
 	"github.com/dispatchkit/workerpool/internal/handoff"
 	"github.com/gammazero/deque"
@@ -94,6 +95,18 @@ type loop struct {
 	pauseAck chan struct{}   // closed once no task runs in the current pause; nil once closed
 	pauses   deque.Deque[*request]
 
+	// Rates. rated says that a rate was set, so that the loop tells the
+	// scheduler the time; pacer is the one timer that wakes the loop when
+	// a rate holds a task back, its channel paceC while it is set, for
+	// paceAt; pacedLanes the lanes whose count of paced tasks was last
+	// published above 0, and pacedShown says the pool's was.
+	rated      bool
+	pacedShown bool
+	pacer      *time.Timer
+	paceC      <-chan time.Time
+	paceAt     int64
+	pacedLanes []*lane
+
 	closed    bool              // Stop, StopWait or Shutdown was called: accept nothing more (as state.closed)
 	dropping  bool              // Stop or a passed deadline dropped the queue: drop what comes
 	down      bool              // the loop has handed out everything and closed the hand-off
@@ -165,6 +178,9 @@ func (d *loop) wait() {
 		d.endPause()
 	case <-s.wake:
 		// The hand-off signalled what the loop listened for; settle looks.
+	case <-d.paceC:
+		// A rate holds a token for a task it held back; settle hands it out.
+		d.paceC = nil
 	}
 }
 
@@ -187,6 +203,9 @@ func (d *loop) settle() {
 		d.answerStops()
 	}
 	d.fill()
+	if d.rated {
+		d.pace()
+	}
 }
 
 // calm reports whether the loop may go quiet: nothing waits to be handed
@@ -195,7 +214,7 @@ func (d *loop) settle() {
 // and nothing else is under way but tasks.
 func (d *loop) calm() bool {
 	return d.sched.Waiting() == 0 && d.sched.Reported() == 0 && !d.closed && !d.paused &&
-		d.pauseAck == nil && len(d.stops) == 0 && d.room()
+		d.pauseAck == nil && len(d.stops) == 0 && d.room() && !d.sched.PoolRated()
 }
 
 // listen tells the hand-off what the loop waits to hear of from the
@@ -292,7 +311,7 @@ func (d *loop) accept(m message) {
 	if d.s.cfg.timings {
 		accepted = d.s.now()
 	}
-	if m.lane == nil && !m.keyed && d.quiet {
+	if m.lane == nil && !m.keyed && m.level == 0 && d.quiet {
 		// The common case, kept short: a task of the pool's own queue
 		// while nothing waits. While the loop is quiet the outbox holds
 		// only the pool's own unkeyed tasks, so this one may follow them
@@ -318,14 +337,20 @@ func (d *loop) accept(m message) {
 		q = m.lane.queue
 		m.lane.stats.submitted.Add(1)
 	}
+	if d.rated {
+		d.clock(q)
+	}
 	d.collect() // ends that free the task's place or key
-	e := d.sched.Admit(m.task, q, m.key, m.keyed, d.seq, accepted)
+	e := d.sched.Admit(m.task, q, m.key, m.keyed, m.level, d.seq, accepted)
 	if e.W != nil {
 		noteSpot(e)
 	}
+	if e.Level > 0 && !d.dropping {
+		d.makeWay(e)
+	}
 	if !d.dropping && !d.paused && d.sched.StartsNow(e) && d.outboxAllOf(e.Queue) {
-		e.Turn = d.sched.NextTurn()
-		if d.give(e, false) {
+		e.Turn = d.sched.NextTurn(e.Queue)
+		if d.give(e, e.Tokens != 0) { // a paced task starts as it takes its token
 			d.sched.Start(e)
 			d.publishLane(e.Queue)
 			d.quiet = d.quiet && !e.Reported() && d.room() // the loop hears of its end
@@ -378,10 +403,13 @@ func (d *loop) fill() {
 	if d.paused || d.dropping || d.sched.Waiting() == 0 {
 		return
 	}
+	if d.rated {
+		d.clock(nil) // a rate may have a token now
+	}
 	if turn, ok := d.sched.Rejoined(); ok {
 		// A queue passed over took its place back: what was handed out
 		// after its turn comes back, to go after it.
-		d.takeBack(func(e entry) bool { return e.Turn > turn })
+		d.takeBack(func(e entry) bool { return turn.Before(e.Turn) })
 	}
 	did := false
 	for {

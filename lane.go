@@ -52,6 +52,7 @@ type laneStats struct {
 	submitted   atomic.Uint64 // tasks the loop accepted
 	abandoned   atomic.Uint64 // dropped by a stop
 	peakWaiting atomic.Int64
+	paced       atomic.Int64 // tasks waiting that a rate holds back
 	// inHand counts the tasks waiting in the lane's queue and those handed
 	// out of it, less those taken back (see loop.publishLane): those no
 	// worker has started are waiting.

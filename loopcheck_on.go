@@ -30,6 +30,8 @@ func checkLoop(d *loop) {
 	}
 	e, ok := d.sched.Peek()
 	switch {
+	case !ok && d.paceC != nil:
+		// A rate holds the next task back: the timer wakes the loop.
 	case !ok && d.closed:
 		// Stranded or not, checkStranded looks once no other task runs.
 	case !ok:

@@ -50,6 +50,14 @@
 // the tasks of a key one at a time, in the order submitted. A [Local]
 // gives each worker a state of its own, such as a connection.
 //
+// [Pool.SetRate], [Subpool.SetRate] and SetKeyRate pace the starts of the
+// pool's tasks, a sub-pool's or each key's, as golang.org/x/time/rate does
+// ([Limit], [Every], a burst); a task a rate holds back waits in its
+// queue, never on a worker. [Pool.Priority] and [Subpool.Priority] return
+// a [Level], a [Submitter] whose tasks go before the lower levels' of
+// their queue. [WithWeight] gives a sub-pool more turns than the others.
+// A pool that uses none of them pays nothing for them.
+//
 // # Promises
 //
 //   - At most the maximum of tasks run at once, and at most a sub-pool's

@@ -46,6 +46,8 @@ func (d *loop) handle(r *request) {
 		if r.isWorker {
 			d.reclaim(r.caller.id)
 		}
+	case rateRequest:
+		d.setRate(r)
 	}
 	if r.done != nil {
 		close(r.done)
@@ -384,7 +386,7 @@ func (d *loop) cancel(ws []cancelable) {
 		if at.queue == nil {
 			continue // never queued: it was to run in its submitter
 		}
-		if d.sched.Cancel(at.queue, at.seq) {
+		if d.sched.Cancel(at.queue, at.level, at.seq) {
 			d.publishLane(at.queue)
 			continue
 		}

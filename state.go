@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dispatchkit/workerpool/internal/handoff"
+	"github.com/dispatchkit/workerpool/internal/sched"
 )
 
 // state is what the API, the loop and the workers share: the channels
@@ -96,6 +97,7 @@ type message struct {
 	lane  *lane  // the task's sub-pool's lane; nil for the pool's own queue
 	key   string // a keyed task's key
 	keyed bool   // the task has a key: key, which may be ""
+	level int32  // the task's priority level (see Pool.Priority): 0 or more
 	req   *request
 }
 
@@ -115,6 +117,8 @@ type request struct {
 	drains   bool            // stopper: the caller's stop runs the queue (StopWait, Shutdown)
 	pastCap  bool            // stopper: the loop's answer: the caller must not wait (see loop.lend)
 	lentLane *lane           // lend: the lane whose place the worker's task lent, if any
+	rate     sched.Rate      // rate: the new rate (none: no limit)
+	keys     bool            // rate: the rate is each key's
 	done     chan struct{}
 }
 
@@ -134,6 +138,7 @@ const (
 	stopperRequest                          // a worker calls Stop, StopWait or Shutdown: it lends its place until it exits
 	lendRequest                             // a worker waits on the pool: it lends its place
 	reclaimRequest                          // the worker's wait ended: it takes its place back
+	rateRequest                             // SetRate, SetKeyRate: set the rate of the pool, of lane's queue, or of its keys
 )
 
 // request sends r to the loop, unless it has finished. It does not wait
@@ -207,9 +212,11 @@ func (s *state) status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   st.abandoned.Load(),
 		Canceled:    st.canceled.Load(),
+		Paced:       min(int(st.paced.Load()), waiting),
 		Timed:       s.cfg.timings,
 		Wait:        s.timings.wait.snapshot(),
 		Run:         s.timings.run.snapshot(),
+		LevelWait:   s.timings.levels.snapshot(),
 	}
 }
 
@@ -251,6 +258,7 @@ type stats struct {
 	peakWaiting atomic.Int64
 	submitted   atomic.Uint64 // tasks the loop accepted
 	abandoned   atomic.Uint64
+	paced       atomic.Int64 // tasks waiting that a rate holds back
 
 	_ [cacheLine]byte // the loop's fields above, the others' below
 

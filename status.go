@@ -67,6 +67,10 @@ type Status struct {
 	// (or have just been handed) a task and Idle = Workers - Busy wait for
 	// one. Waiting is the number of tasks in the waiting queue.
 	Workers, Busy, Idle, Waiting int
+	// Paced is the part of Waiting that a rate holds back (see
+	// [Pool.SetRate]): tasks that would start but for a token of the
+	// pool's rate, their sub-pool's or their key's.
+	Paced int
 	// PeakWorkers and PeakWaiting are the highest Workers and Waiting seen.
 	PeakWorkers, PeakWaiting int
 	// Submitted counts accepted tasks, including those a [CallerRuns]
@@ -91,6 +95,10 @@ type Status struct {
 	// counted in both once it has ended.
 	Timed     bool
 	Wait, Run Timing
+	// LevelWait sums up Wait by priority level, once a [Level] was made
+	// (see [Pool.Priority]) on a pool that times its tasks: for 0 and each
+	// level made. Else it is nil.
+	LevelWait map[int]Timing
 }
 
 // String returns the snapshot in one line a log can hold: the state, the

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// A Submitter is where [Go], [Map] and a [Group] send work: a [*Pool] or a
-// [*Subpool]. Only this package implements it.
+// A Submitter is where [Go], [Map] and a [Group] send work: a [*Pool], a
+// [*Subpool] or a [*Level]. Only this package implements it.
 type Submitter interface {
 	Submit(task func()) error
 	SubmitContext(ctx context.Context, task func()) error
@@ -17,11 +17,13 @@ type Submitter interface {
 	SubmitKey(key string, task func()) error
 
 	// target returns the pool's state and the sub-pool's lane (nil: the
-	// pool's own queue) that submissions go to.
+	// pool's own queue) that submissions go to; priority their level.
 	target() (*state, *lane)
+	priority() int32
 }
 
 func (p *Pool) target() (*state, *lane) { return p.s, nil }
+func (p *Pool) priority() int32         { return 0 }
 
 // Submit queues fn to run on a worker and returns without waiting for it.
 // Tasks are handed to workers in the order the pool accepted them; with
@@ -55,7 +57,7 @@ func (p *Pool) Submit(fn func()) error {
 // SubmitContext panics if ctx is nil.
 func (p *Pool) SubmitContext(ctx context.Context, fn func()) error {
 	mustContext("SubmitContext", ctx)
-	return p.s.submitContext(nil, ctx, fn)
+	return p.s.submitContext(nil, 0, ctx, fn)
 }
 
 // SubmitCtx is [Pool.SubmitContext], under the name it had first.
@@ -82,7 +84,7 @@ func (p *Pool) TrySubmit(fn func()) error {
 // one object, of 40 bytes.
 //
 // Calling SubmitWait from inside a task of the same pool can deadlock.
-func (p *Pool) SubmitWait(fn func()) error { return p.s.submitWait(nil, fn) }
+func (p *Pool) SubmitWait(fn func()) error { return p.s.submitWait(nil, 0, fn) }
 
 // SubmitKey is [Pool.Submit] for a task with a key: tasks submitted to the
 // pool with the same key never run at once, and start in the order they
@@ -95,11 +97,11 @@ func (p *Pool) SubmitWait(fn func()) error { return p.s.submitWait(nil, fn) }
 // waits for room in a full queue, as under [Block]. So calling SubmitKey
 // from inside a task of the same pool can deadlock when the queue is
 // bounded, whatever the policy.
-func (p *Pool) SubmitKey(key string, fn func()) error { return p.s.submitKey(nil, key, fn) }
+func (p *Pool) SubmitKey(key string, fn func()) error { return p.s.submitKey(nil, 0, key, fn) }
 
 // submitContext is the body of SubmitContext for the pool (l nil) or the
-// sub-pool of lane l.
-func (s *state) submitContext(l *lane, ctx context.Context, fn func()) error {
+// sub-pool of lane l, at a priority level.
+func (s *state) submitContext(l *lane, level int32, ctx context.Context, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
@@ -109,18 +111,18 @@ func (s *state) submitContext(l *lane, ctx context.Context, fn func()) error {
 		}
 		return err
 	}
-	return s.submitTo(l, ctx, message{task: task{Fn: fn}}, s.cfg.overflow)
+	return s.submitTo(l, ctx, message{task: task{Fn: fn}, level: level}, s.cfg.overflow)
 }
 
 // submitWait is the body of SubmitWait for the pool (l nil) or the
-// sub-pool of lane l.
-func (s *state) submitWait(l *lane, fn func()) error {
+// sub-pool of lane l, at a priority level.
+func (s *state) submitWait(l *lane, level int32, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
 	w := &waitTask{fn: fn}
 	w.done.Add(1)
-	if err := s.submitTo(l, nil, message{task: task{W: w}}, s.cfg.overflow); err != nil {
+	if err := s.submitTo(l, nil, message{task: task{W: w}, level: level}, s.cfg.overflow); err != nil {
 		return err
 	}
 	w.done.Wait()
@@ -128,19 +130,19 @@ func (s *state) submitWait(l *lane, fn func()) error {
 }
 
 // submitKey is the body of SubmitKey for the pool (l nil) or the sub-pool
-// of lane l.
-func (s *state) submitKey(l *lane, key string, fn func()) error {
+// of lane l, at a priority level.
+func (s *state) submitKey(l *lane, level int32, key string, fn func()) error {
 	if fn == nil {
 		return ErrNilTask
 	}
-	return s.submitTo(l, nil, message{task: task{Fn: fn}, key: key, keyed: true}, s.cfg.overflow)
+	return s.submitTo(l, nil, message{task: task{Fn: fn}, key: key, keyed: true, level: level}, s.cfg.overflow)
 }
 
 // submitWaiter submits w, through to, as SubmitWait does without waiting. If
 // it returns nil, the pool calls w.finish exactly once; if not, never.
 func submitWaiter(to Submitter, ctx context.Context, w waiter, overflow Overflow) error {
 	s, l := to.target()
-	return s.submitTo(l, ctx, message{task: task{W: w}}, overflow)
+	return s.submitTo(l, ctx, message{task: task{W: w}, level: to.priority()}, overflow)
 }
 
 // submitTo hands m to the loop, for the pool's own queue (l nil) or the
@@ -308,7 +310,7 @@ func (w *waitTask) finish(err error) {
 // Submitter is a programming error, which would otherwise show as a nil
 // dereference, sometimes on a worker, far from its cause.
 func mustTarget(fn string, s Submitter) (*state, *lane) {
-	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) {
+	if s == nil || s == (*Pool)(nil) || s == (*Subpool)(nil) || s == (*Level)(nil) {
 		panic("workerpool: " + fn + ": nil Submitter")
 	}
 	return s.target()

@@ -33,17 +33,28 @@ type Subpool struct {
 
 // Subpool returns p's sub-pool called name: the one p has, if it has one
 // of that name that is not stopping, else a new one whose tasks run on p's
-// workers, at most limit of them at once. So a tenant's sub-pool is found
-// by its name, and two sub-pools running at once never share one. limit
-// applies only to a sub-pool Subpool makes: [Subpool.Resize] changes it.
-// Once a sub-pool's Stop or StopWait is called, its name is free for a new
-// one. On a stopped pool, the sub-pool's submissions return [ErrStopped].
-// A sub-pool with no task waiting costs the pool nothing.
+// workers, at most limit of them at once, configured by opts. So a
+// tenant's sub-pool is found by its name, and two sub-pools running at
+// once never share one. limit and opts apply only to a sub-pool Subpool
+// makes: [Subpool.Resize] changes the limit. Once a sub-pool's Stop or
+// StopWait is called, its name is free for a new one. On a stopped pool,
+// the sub-pool's submissions return [ErrStopped]. A sub-pool with no task
+// waiting costs the pool nothing.
 //
-// Subpool panics if limit < 1.
-func (p *Pool) Subpool(name string, limit int) *Subpool {
+// Subpool panics if limit < 1, or on an impossible option.
+func (p *Pool) Subpool(name string, limit int, opts ...SubpoolOption) *Subpool {
 	if limit < 1 {
 		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): the limit must be at least 1", name, limit))
+	}
+	cfg := subpoolConfig{weight: 1}
+	for _, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("workerpool: Subpool(%q, %d): nil option", name, limit))
+		}
+		opt(&cfg)
+	}
+	if cfg.weight < 1 || cfg.weight > MaxWeight {
+		panic(fmt.Sprintf("workerpool: Subpool(%q, %d): WithWeight(%d) is outside 1..MaxWeight", name, limit, cfg.weight))
 	}
 	p.subpools.mu.Lock()
 	defer p.subpools.mu.Unlock()
@@ -53,6 +64,7 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 	s := &Subpool{p: p, name: name}
 	s.lane = &lane{sub: s, stopping: make(chan struct{})}
 	s.lane.queue = sched.NewQueue[waiter](s.lane, limit)
+	s.lane.queue.SetWeight(cfg.weight)
 	s.lane.stats.limit.Store(int64(limit))
 	p.subpools.list = append(p.subpools.list, s)
 	if p.subpools.byName == nil {
@@ -62,7 +74,29 @@ func (p *Pool) Subpool(name string, limit int) *Subpool {
 	return s
 }
 
+// A SubpoolOption configures a [Subpool]; pass options to [Pool.Subpool].
+type SubpoolOption func(*subpoolConfig)
+
+type subpoolConfig struct {
+	weight int
+}
+
+// MaxWeight is the highest weight of a sub-pool.
+const MaxWeight = sched.MaxWeight
+
+// WithWeight gives the sub-pool w turns for each turn of a queue of weight
+// 1 (the pool's own, and every sub-pool made without it): when several
+// queues hold tasks that may start, they take turns in proportion to their
+// weights, each round interleaved by the weights (a stride scheduler:
+// within one task of its share at the end of every round). A sub-pool at its limit, or that a rate holds back, is passed
+// over and keeps its turn, as with weight 1. w must be 1 (the default) to
+// [MaxWeight].
+func WithWeight(w int) SubpoolOption {
+	return func(c *subpoolConfig) { c.weight = w }
+}
+
 func (s *Subpool) target() (*state, *lane) { return s.p.s, s.lane }
+func (s *Subpool) priority() int32         { return 0 }
 
 // Subpools returns the pool's sub-pools that have not been stopped, in the
 // order they were made: a metrics exporter lists them at each scrape. A
@@ -93,7 +127,7 @@ func (s *Subpool) Submit(fn func()) error {
 // is nil.
 func (s *Subpool) SubmitContext(ctx context.Context, task func()) error {
 	mustContext("Subpool.SubmitContext", ctx)
-	return s.p.s.submitContext(s.lane, ctx, task)
+	return s.p.s.submitContext(s.lane, 0, ctx, task)
 }
 
 // SubmitCtx is [Subpool.SubmitContext], under the name it had first.
@@ -112,7 +146,7 @@ func (s *Subpool) TrySubmit(fn func()) error {
 }
 
 // SubmitWait is [Pool.SubmitWait] for the sub-pool.
-func (s *Subpool) SubmitWait(task func()) error { return s.p.s.submitWait(s.lane, task) }
+func (s *Subpool) SubmitWait(task func()) error { return s.p.s.submitWait(s.lane, 0, task) }
 
 // SubmitKey is [Pool.SubmitKey] for the sub-pool: tasks submitted to the
 // sub-pool with the same key never run at once and start in the order they
@@ -123,7 +157,7 @@ func (s *Subpool) SubmitWait(task func()) error { return s.p.s.submitWait(s.lane
 // submissions wait for room in a full queue, as under [Block], so that no
 // task runs beside the sub-pool's limit.
 func (s *Subpool) SubmitKey(key string, task func()) error {
-	return s.p.s.submitKey(s.lane, key, task)
+	return s.p.s.submitKey(s.lane, 0, key, task)
 }
 
 // Group returns a new group of tasks that run on the sub-pool, as
@@ -276,9 +310,11 @@ func (s *Subpool) Status() Status {
 		Rejected:    st.rejected.Load(),
 		Abandoned:   abandoned,
 		Canceled:    canceled,
+		Paced:       min(int(st.paced.Load()), waiting),
 		Timed:       s.p.s.cfg.timings,
 		Wait:        l.timings.wait.snapshot(),
 		Run:         l.timings.run.snapshot(),
+		LevelWait:   l.timings.levels.snapshot(),
 	}
 }
 

@@ -99,6 +99,7 @@ type cancelable interface {
 // which whoever counts it sets first.
 type queueSpot struct {
 	queue   *queue
+	level   int32
 	seq     uint64
 	counted atomic.Bool
 }

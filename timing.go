@@ -1,6 +1,8 @@
 package workerpool
 
 import (
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -42,6 +44,7 @@ type Timing struct {
 // [WithTaskObserver].
 type TaskTiming struct {
 	Subpool  *Subpool      // the task's sub-pool, or nil for the pool's own
+	Level    int           // the task's priority level (see [Pool.Priority])
 	Wait     time.Duration // from when the pool accepted it to when it started
 	Run      time.Duration // from when it started to when it ended
 	Panicked bool          // it panicked (it counts as run all the same)
@@ -79,9 +82,11 @@ func (s *timingStats) snapshot() Timing {
 	return t
 }
 
-// taskTimings is what a pool or a sub-pool sums up of its tasks' timings.
+// taskTimings is what a pool or a sub-pool sums up of its tasks' timings:
+// and their waits by level, once it has levels.
 type taskTimings struct {
 	wait, run timingStats
+	levels    levelWaits
 }
 
 // raise sets peak to n if n is higher, and returns the peak. Several
@@ -96,4 +101,52 @@ func raise(peak *atomic.Int64, n int64) int64 {
 			return n
 		}
 	}
+}
+
+// levelWaits sums up how long tasks waited, by priority level, once a
+// [Level] was made on a pool that times its tasks: the levels its Levels
+// submit at, and 0. Workers read the table without a lock; a new level
+// publishes a new table, so a table is never written once published.
+type levelWaits struct {
+	mu    sync.Mutex
+	table atomic.Pointer[map[int32]*timingStats]
+}
+
+// add counts d as the wait of a task of level, if the level has a sum.
+func (w *levelWaits) add(level int32, d time.Duration) {
+	if t := w.table.Load(); t != nil {
+		if s := (*t)[level]; s != nil {
+			s.add(d)
+		}
+	}
+}
+
+// keep gives level, and 0, a sum, if they have none.
+func (w *levelWaits) keep(level int32) {
+	if t := w.table.Load(); t != nil && (*t)[level] != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	table := map[int32]*timingStats{0: {}}
+	if t := w.table.Load(); t != nil {
+		maps.Copy(table, *t)
+	}
+	if table[level] == nil {
+		table[level] = new(timingStats)
+	}
+	w.table.Store(&table)
+}
+
+// snapshot returns each level's Timing, or nil if no level has a sum.
+func (w *levelWaits) snapshot() map[int]Timing {
+	t := w.table.Load()
+	if t == nil {
+		return nil
+	}
+	m := make(map[int]Timing, len(*t))
+	for level, s := range *t {
+		m[int(level)] = s.snapshot()
+	}
+	return m
 }

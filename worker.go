@@ -397,16 +397,19 @@ func (s *state) timeTask(h *entry, l *lane, start int64, panicked bool) {
 		accepted = start
 	}
 	tt := TaskTiming{
+		Level:    int(h.Level),
 		Wait:     time.Duration(start - accepted),
 		Run:      time.Duration(s.now() - start),
 		Panicked: panicked,
 	}
 	s.timings.wait.add(tt.Wait)
 	s.timings.run.add(tt.Run)
+	s.timings.levels.add(h.Level, tt.Wait)
 	if l != nil {
 		tt.Subpool = l.sub
 		l.timings.wait.add(tt.Wait)
 		l.timings.run.add(tt.Run)
+		l.timings.levels.add(h.Level, tt.Wait)
 	}
 	if s.cfg.observer != nil {
 		s.cfg.observer(tt)

@@ -26,6 +26,7 @@
 //	workerpool_tasks_canceled_total   counter    Status.Canceled
 //	workerpool_tasks_running          gauge      Status.Busy
 //	workerpool_tasks_waiting          gauge      Status.Waiting
+//	workerpool_tasks_paced            gauge      Status.Paced
 //	workerpool_workers                gauge      Status.Workers
 //	workerpool_max_workers            gauge      Status.MaxWorkers
 //	workerpool_task_wait_seconds      histogram  Status.Wait
@@ -60,10 +61,16 @@
 // [workerpool.TimingBounds], from a microsecond to five minutes, in
 // seconds, from the first scrape on, at zero until a task is timed.
 // Without timings ([workerpool.Status] says whether: Timed) it exports
-// none.
+// none. Once a [workerpool.Level] was made, it exports the waits by level
+// too, as workerpool_task_level_wait_seconds and
+// workerpool_subpool_task_level_wait_seconds, with the label level
+// ([workerpool.Status] LevelWait).
 package prom
 
 import (
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,9 +106,9 @@ type collector struct {
 // descs describes the metrics of the pool, or of its sub-pools.
 type descs struct {
 	submitted, completed, panicked, rejected, abandoned, canceled *prometheus.Desc
-	running, waiting, maxWorkers                                  *prometheus.Desc
+	running, waiting, paced, maxWorkers                           *prometheus.Desc
 	workers                                                       *prometheus.Desc // nil for sub-pools
-	wait, run                                                     *prometheus.Desc
+	wait, run, levelWait                                          *prometheus.Desc
 }
 
 // newDescs returns the descriptions of the metrics named prefix+..., of
@@ -119,9 +126,12 @@ func newDescs(prefix, what string, variable []string, constant prometheus.Labels
 		canceled:   desc("tasks_canceled_total", "Accepted tasks that never started because their submitters gave up on them."),
 		running:    desc("tasks_running", "Tasks running now."),
 		waiting:    desc("tasks_waiting", "Tasks waiting to start."),
+		paced:      desc("tasks_paced", "Tasks waiting that a rate holds back."),
 		maxWorkers: desc("max_workers", "The limit on the "+what+"'s tasks running at once."),
 		wait:       desc("task_wait_seconds", "How long tasks waited, from when they were accepted to when they started."),
 		run:        desc("task_run_seconds", "How long tasks ran."),
+		levelWait: prometheus.NewDesc(prefix+"task_level_wait_seconds", "How long tasks of each priority level waited.",
+			append(slices.Clone(variable), "level"), constant),
 	}
 	if variable == nil {
 		d.workers = desc("workers", "Worker goroutines.")
@@ -135,7 +145,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []descs{c.own, c.sub} {
 		for _, desc := range []*prometheus.Desc{
 			d.submitted, d.completed, d.panicked, d.rejected, d.abandoned, d.canceled,
-			d.running, d.waiting, d.maxWorkers, d.workers, d.wait, d.run,
+			d.running, d.waiting, d.paced, d.maxWorkers, d.workers, d.wait, d.run, d.levelWait,
 		} {
 			if desc != nil {
 				ch <- desc
@@ -171,6 +181,7 @@ func (d *descs) collect(ch chan<- prometheus.Metric, st workerpool.Status, timed
 	counter(d.canceled, st.Canceled)
 	gauge(d.running, st.Busy)
 	gauge(d.waiting, st.Waiting)
+	gauge(d.paced, st.Paced)
 	gauge(d.maxWorkers, st.MaxWorkers)
 	if d.workers != nil {
 		gauge(d.workers, st.Workers)
@@ -178,6 +189,9 @@ func (d *descs) collect(ch chan<- prometheus.Metric, st workerpool.Status, timed
 	if timed {
 		ch <- histogram(d.wait, st.Wait, labels)
 		ch <- histogram(d.run, st.Run, labels)
+		for _, level := range slices.Sorted(maps.Keys(st.LevelWait)) {
+			ch <- histogram(d.levelWait, st.LevelWait[level], append(slices.Clone(labels), strconv.Itoa(level)))
+		}
 	}
 }
 
@@ -238,9 +252,18 @@ func add(sum *workerpool.Status, st workerpool.Status) {
 	sum.Canceled += st.Canceled
 	sum.Busy += st.Busy
 	sum.Waiting += st.Waiting
+	sum.Paced += st.Paced
 	sum.MaxWorkers += st.MaxWorkers
 	addTiming(&sum.Wait, st.Wait)
 	addTiming(&sum.Run, st.Run)
+	for level, t := range st.LevelWait {
+		if sum.LevelWait == nil {
+			sum.LevelWait = map[int]workerpool.Timing{}
+		}
+		w := sum.LevelWait[level]
+		addTiming(&w, t)
+		sum.LevelWait[level] = w
+	}
 }
 
 // addTiming adds t to sum.

@@ -3,6 +3,7 @@ package prom_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -219,47 +220,53 @@ func TestTwoPoolsShareARegistry(t *testing.T) {
 	assert.Equal(t, 3.0, fams.value(t, "workerpool_max_workers", "pool", "b"))
 }
 
-// Sub-pools that share a name make one series, of their sums. A stopped
-// one leaves the sum, and the series goes with the last of its name.
+// A sub-pool whose stop has begun frees its name, and a new sub-pool of
+// that name is listed beside it until its stop returns: the two make one
+// series, of their sums. The stopped one leaves the sum, and the series
+// goes with the last of its name.
 func TestSubpoolsOfOneNameMakeOneSeriesOfTheirSums(t *testing.T) {
 	p := workerpool.New(4, options(workerpool.WithTaskTimings())...)
-	first := p.Subpool("mail", 2)
+	old := p.Subpool("mail", 2)
 	news := p.Subpool("news", 1)
-	second := p.Subpool("mail", 3)
 	url := serve(t, prom.NewCollector("jobs", p))
 	mail := []string{"pool", "jobs", "subpool", "mail"}
 
 	for range 2 {
-		require.NoError(t, first.SubmitWait(noop))
+		require.NoError(t, old.SubmitWait(noop))
 	}
+	release := make(chan struct{})
+	require.NoError(t, old.Submit(func() { <-release }))
+	stopped := make(chan struct{})
+	go func() { old.StopWait(); close(stopped) }()
+	var renewed *workerpool.Subpool
+	require.Eventually(t, func() bool { renewed = p.Subpool("mail", 3); return renewed != old },
+		10*time.Second, time.Millisecond, "the name is free once the old one's stop began")
 	for range 3 {
-		require.NoError(t, second.SubmitWait(noop))
+		require.NoError(t, renewed.SubmitWait(noop))
 	}
-	require.Error(t, second.SubmitWait(panics))
+	require.Error(t, renewed.SubmitWait(panics))
 	require.NoError(t, news.SubmitWait(noop))
 	fams := scrape(t, url)
 	assert.Len(t, fams.series("workerpool_subpool_tasks_submitted_total", mail...), 1, "one series for the name")
-	assert.Equal(t, 6.0, fams.value(t, "workerpool_subpool_tasks_submitted_total", mail...))
-	assert.Equal(t, 6.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...))
+	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_tasks_submitted_total", mail...), "3 + 4")
+	assert.Equal(t, 6.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...), "2 + 4")
 	assert.Equal(t, 1.0, fams.value(t, "workerpool_subpool_tasks_panicked_total", mail...))
 	assert.Equal(t, 5.0, fams.value(t, "workerpool_subpool_max_workers", mail...), "2 + 3")
 	run := fams.histogram(t, "workerpool_subpool_task_run_seconds", mail...)
 	require.NotNil(t, run)
 	assert.Equal(t, uint64(6), run.GetSampleCount())
-	assert.InDelta(t, (first.Status().Run.Total + second.Status().Run.Total).Seconds(), run.GetSampleSum(), 1e-12)
+	assert.InDelta(t, (old.Status().Run.Total + renewed.Status().Run.Total).Seconds(), run.GetSampleSum(), 1e-12)
 	wellFormed(t, run, "mail run")
 	fams.agree(t, news.Status(), true, "workerpool_subpool_", "pool", "jobs", "subpool", "news")
 
-	first.StopWait()
-	third := p.Subpool("mail", 4)
-	require.NoError(t, third.SubmitWait(noop))
+	close(release)
+	<-stopped
 	fams = scrape(t, url)
-	assert.Equal(t, 5.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...), "second's 4 and third's 1: the stopped one left")
-	assert.Equal(t, 7.0, fams.value(t, "workerpool_subpool_max_workers", mail...), "3 + 4")
+	assert.Equal(t, 4.0, fams.value(t, "workerpool_subpool_tasks_completed_total", mail...), "the renewed one's 4: the stopped one left")
+	assert.Equal(t, 3.0, fams.value(t, "workerpool_subpool_max_workers", mail...))
 	assert.Equal(t, 8.0, fams.value(t, "workerpool_tasks_completed_total", "pool", "jobs"), "the pool still counts every task")
 
-	second.StopWait()
-	third.StopWait()
+	renewed.StopWait()
 	fams = scrape(t, url)
 	assert.Empty(t, fams.series("workerpool_subpool_tasks_completed_total", mail...), "the last of its name stopped: the series went")
 	p.StopWait()
@@ -335,7 +342,7 @@ func TestMetricsAreLintClean(t *testing.T) {
 		return reg
 	}())
 	require.NoError(t, err)
-	require.Equal(t, 12+11, n, "the pool's 10 and 2 histograms, the sub-pool's 9 and 2: all linted")
+	require.Equal(t, 13+12, n, "the pool's 11 and 2 histograms, the sub-pool's 10 and 2: all linted")
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
@@ -424,4 +431,51 @@ func TestScrapesDuringHeavySubmissionBlockNothing(t *testing.T) {
 
 func TestNewCollectorPanicsOnANilPool(t *testing.T) {
 	assert.PanicsWithValue(t, "prom: NewCollector: the pool is nil", func() { prom.NewCollector("x", nil) })
+}
+
+func TestPacedTasksAndWaitsByLevelAreExported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2, workerpool.WithTaskTimings())
+		mail := p.Subpool("mail", 2)
+		mail.SetRate(workerpool.Every(time.Second), 1)
+		urgent := mail.Priority(3)
+		c := prom.NewCollector("jobs", p)
+		for range 3 {
+			require.NoError(t, urgent.Submit(noop))
+		}
+		synctest.Wait()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(c)
+		assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP workerpool_subpool_tasks_paced Tasks waiting that a rate holds back.
+# TYPE workerpool_subpool_tasks_paced gauge
+workerpool_subpool_tasks_paced{pool="jobs",subpool="mail"} 2
+# HELP workerpool_tasks_paced Tasks waiting that a rate holds back.
+# TYPE workerpool_tasks_paced gauge
+workerpool_tasks_paced{pool="jobs"} 2
+`), "workerpool_tasks_paced", "workerpool_subpool_tasks_paced"))
+		p.StopWait()
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		counts := map[string]uint64{}
+		for _, f := range fams {
+			if !strings.HasSuffix(f.GetName(), "task_level_wait_seconds") {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "level" {
+						counts[f.GetName()+"/"+l.GetValue()] = m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		assert.Equal(t, map[string]uint64{
+			"workerpool_task_level_wait_seconds/0": 0, "workerpool_task_level_wait_seconds/3": 3,
+			"workerpool_subpool_task_level_wait_seconds/0": 0, "workerpool_subpool_task_level_wait_seconds/3": 3,
+		}, counts)
+		problems, err := testutil.CollectAndLint(c)
+		require.NoError(t, err)
+		assert.Empty(t, problems)
+	})
 }

@@ -156,6 +156,7 @@ func (fams families) agree(t testing.TB, st workerpool.Status, timed bool, prefi
 		{"tasks_canceled_total", float64(st.Canceled)},
 		{"tasks_running", float64(st.Busy)},
 		{"tasks_waiting", float64(st.Waiting)},
+		{"tasks_paced", float64(st.Paced)},
 		{"max_workers", float64(st.MaxWorkers)},
 	}
 	if prefix == "workerpool_" {

@@ -11,17 +11,21 @@ type Task[W any] struct {
 }
 
 // An Entry is a task as the scheduler knows it: its queue, its key (nil if
-// it has none), its seq, which numbers the tasks in the order the pool
-// accepted them, from 1, and when it was accepted (nanoseconds, plus one,
-// if the pool times its tasks; else 0). Turn is the turn its queue took
-// for it, once it is handed out: a task taken back goes back to it.
+// it has none), its level, its seq, which numbers the tasks in the order
+// the pool accepted them, from 1, and when it was accepted (nanoseconds,
+// plus one, if the pool times its tasks; else 0). Turn is the turn its
+// queue took for it, once it is handed out: a task taken back goes back
+// to it. Tokens says which rates it takes a token from as it starts, and
+// gives back if it is taken back.
 type Entry[W any] struct {
 	Task[W]
 	Queue    *Queue[W]
 	Key      *Key[W]
 	Seq      uint64
 	Accepted int64
-	Turn     int64
+	Turn     Turn
+	Level    int32
+	Tokens   Tokens
 }
 
 // Reported reports whether the scheduler must hear when e ends: a keyed
@@ -30,12 +34,15 @@ type Entry[W any] struct {
 func (e *Entry[W]) Reported() bool { return e.Key != nil || e.Queue.limited }
 
 // A Queue is one of the scheduler's queues: the pool's own, or a
-// sub-pool's. It holds its waiting tasks, unkeyed ones in a fifo, keyed
-// ones in the queues of their keys. Of the waiting tasks that may start,
-// it hands out the one accepted first. An unkeyed task may always start; a
-// keyed one may when its key is not busy: when no task with its key is
-// running (handed out and not yet ended). So a busy key holds back its own
-// tasks and no others.
+// sub-pool's. It holds its waiting tasks by level, highest first, and in
+// each level unkeyed ones in a fifo, keyed ones in the queues of their
+// keys. Of the waiting tasks that may start, it hands out one of the
+// highest level, the one accepted first. An unkeyed task may always
+// start; a keyed one may when its key is not busy (no task with its key
+// is running: handed out and not yet ended) and, if its queue gives keys
+// a rate, its key's bucket holds a token. So a busy key holds back its own
+// tasks and no others. A key's tasks go in the order accepted, whatever
+// their levels: a key waits in the level of its first task.
 type Queue[W any] struct {
 	// Owner is what the queue belongs to, for the loop; the scheduler never
 	// reads it. limited says that the queue has a limit of its own, for
@@ -52,29 +59,51 @@ type Queue[W any] struct {
 	// lent counts: only if the queue is limited, as no other needs them.
 	limit, running, lent int
 
-	fifo fifo[W] // unkeyed waiting tasks
-	// keys holds every key with a task waiting or running, and ready the
-	// keys whose first waiting task may start, earliest first.
-	keys  map[string]*Key[W]
-	ready keyHeap[W]
+	// levels holds the waiting tasks by level, highest first; the levels
+	// the queue has seen stay.
+	levels []*level[W]
+	// keys holds every key with a task waiting or running, or whose bucket
+	// is filling up.
+	keys map[string]*Key[W]
 	// mostKeys is the most keys held at once since keys was made: see
 	// forget.
 	mostKeys int
 
-	waiting int // tasks waiting: in the fifo and in the keys' queues
-	held    int // of them, those of busy keys
+	waiting int // tasks waiting: in the fifos and in the keys' queues
+	// held counts the waiting tasks of keys that are busy or wait for a
+	// token; heldPaced those of the latter.
+	held, heldPaced int
 	// turn is the queue's place in the turns while it has waiting tasks;
 	// inTurns says whether it is in the turns, and asideAt is 1 + its
-	// index among the queues set aside, or 0.
-	turn    int64
+	// index among the queues set aside, or 0. paced says it is aside
+	// only for a token of its rate.
+	turn    Turn
 	inTurns bool
 	asideAt int
+	paced   bool
+	stride  uint32 // of its weight (see SetWeight)
+
+	// rate is the queue's rate, and tat its bucket; keyRate each key's.
+	rate    Rate
+	tat     int64
+	keyRate Rate
+}
+
+// A level is a queue's waiting tasks of one level.
+type level[W any] struct {
+	n    int32
+	fifo fifo[W] // unkeyed waiting tasks
+	// ready holds the keys whose first waiting task is of this level and
+	// may start, earliest first.
+	ready keyHeap[W]
 }
 
 // NewQueue returns a queue for owner with a limit of its own (limit ≥ 1),
 // or, with limit 0, none.
 func NewQueue[W any](owner any, limit int) *Queue[W] {
-	return &Queue[W]{Owner: owner, limited: limit > 0, limit: limit}
+	q := &Queue[W]{Owner: owner, limited: limit > 0, limit: limit}
+	q.levels = []*level[W]{{}}
+	return q
 }
 
 // Waiting returns how many tasks wait in the queue.
@@ -87,99 +116,154 @@ func (q *Queue[W]) Running() int { return q.running }
 // Lent returns how many of the queue's tasks out lent their places.
 func (q *Queue[W]) Lent() int { return q.lent }
 
+// rated reports whether the queue or its keys have a rate.
+func (q *Queue[W]) rated() bool { return !q.rate.None() || !q.keyRate.None() }
+
+// levelOf returns the queue's level n, made if it has none.
+func (q *Queue[W]) levelOf(n int32) *level[W] {
+	if l := q.levels[len(q.levels)-1]; l.n == n {
+		return l // the lowest: level 0, unless levels below it came
+	}
+	i := 0
+	for i < len(q.levels) && q.levels[i].n > n {
+		i++
+	}
+	if i < len(q.levels) && q.levels[i].n == n {
+		return q.levels[i]
+	}
+	l := &level[W]{n: n}
+	q.levels = append(q.levels, nil)
+	copy(q.levels[i+1:], q.levels[i:])
+	q.levels[i] = l
+	return l
+}
+
+// findLevel returns the queue's level n, or nil.
+func (q *Queue[W]) findLevel(n int32) *level[W] {
+	for _, l := range q.levels {
+		if l.n == n {
+			return l
+		}
+	}
+	return nil
+}
+
 // A Key is the queue of one key's tasks in one Queue. A key has one only
-// while a task with it waits or runs, so an idle key costs nothing. A keyed
-// task is always a func.
+// while a task with it waits or runs, or while its bucket fills up, so an
+// idle key costs nothing. A keyed task is always a func.
 type Key[W any] struct {
 	name     string
 	queue    *Queue[W]
 	fns      ring[func()] // waiting, in acceptance order
 	seqs     rising       // their seqs
 	accepted rising       // when the pool accepted them, if it times its tasks
-	busy     bool         // a task with the key is running
-	at       int          // the key's index in its queue's ready heap, or -1
+	// levels holds their levels, or nothing while they are all 0.
+	levels ring[int32]
+	busy   bool // a task with the key is running
+	// paced says that the key waits for a token of its rate: its tasks
+	// are held; resting that it has no task waiting or running, and
+	// waits for its bucket to fill up before it goes.
+	paced, resting bool
+	tat            int64     // its bucket, if its queue gives keys a rate
+	at             int       // the key's index in a level's ready heap, or -1
+	in             *level[W] // the level whose ready heap holds it
 }
 
-// mayStart reports whether the queue has a waiting task that may start
-// now: one not held by its key, and room under its limit. A limit at or
-// above the pool's maximum, max, never holds a task back: the maximum
-// does.
-func (q *Queue[W]) mayStart(max int) bool {
-	return (q.fifo.len() > 0 || q.ready.Len() > 0) && q.underLimit(max)
+// level returns the level of the key's first waiting task.
+func (k *Key[W]) level() int32 {
+	if k.levels.len() == 0 {
+		return 0
+	}
+	return k.levels.front()
 }
 
-// underLimit reports whether one more of the queue's tasks may run.
+// hasReady reports whether the queue has a waiting task that no key
+// holds back.
+func (q *Queue[W]) hasReady() bool { return q.waiting > q.held }
+
+// underLimit reports whether one more of the queue's tasks may run. A
+// limit at or above the pool's maximum, max, never holds a task back: the
+// maximum does.
 func (q *Queue[W]) underLimit(max int) bool {
 	return !q.limited || q.running < q.limit || q.limit >= max
 }
 
-// first returns the queue's waiting task that was accepted first among
-// those that may start. The queue must have one.
+// first returns the queue's waiting task that goes first among those that
+// may start: of the highest level, the one accepted first. The queue must
+// have one.
 func (q *Queue[W]) first() Entry[W] {
-	seq, unkeyed := q.fifo.frontSeq()
-	if q.ready.Len() > 0 {
-		k := q.ready[0]
-		if s := k.seqs.first(); !unkeyed || s < seq {
-			return Entry[W]{Task: Task[W]{Fn: k.fns.front()}, Queue: q, Key: k, Seq: s, Accepted: int64(k.accepted.first())}
+	for _, l := range q.levels {
+		seq, unkeyed := l.fifo.frontSeq()
+		if l.ready.Len() > 0 {
+			k := l.ready[0]
+			if s := k.seqs.first(); !unkeyed || s < seq {
+				return Entry[W]{Task: Task[W]{Fn: k.fns.front()}, Queue: q, Key: k, Seq: s, Accepted: int64(k.accepted.first()), Level: l.n}
+			}
+		}
+		if unkeyed {
+			return Entry[W]{Task: l.fifo.front(), Queue: q, Seq: seq, Accepted: l.fifo.firstAccepted(), Level: l.n}
 		}
 	}
-	return Entry[W]{Task: q.fifo.front(), Queue: q, Seq: seq, Accepted: q.fifo.firstAccepted()}
+	panic("sched: first: no task may start")
 }
 
 // remove takes e, which first returned, out of the queue.
 func (q *Queue[W]) remove(e Entry[W]) {
 	q.waiting--
 	if e.Key == nil {
-		q.fifo.popFront()
+		q.levelOf(e.Level).fifo.popFront()
 		return
 	}
+	e.Key.unready()
 	e.Key.popFront()
-	heap.Remove(&q.ready, e.Key.at)
 }
 
-// push puts e, a task of the queue, behind its waiting tasks: in the fifo,
-// or in its key's queue.
-func (q *Queue[W]) push(e Entry[W]) {
-	q.waiting++
-	k := e.Key
-	if k == nil {
-		q.fifo.pushBack(e.Task, e.Seq, e.Accepted)
-		return
+// ready puts k, free with a task that may start, in the ready heap of its
+// first task's level.
+func (k *Key[W]) ready() {
+	k.in = k.queue.levelOf(k.level())
+	heap.Push(&k.in.ready, k)
+}
+
+// unready takes k out of the ready heap it is in, if any.
+func (k *Key[W]) unready() {
+	if k.in != nil && k.at >= 0 {
+		heap.Remove(&k.in.ready, k.at)
+	}
+	k.in = nil
+}
+
+// pushBack adds e, a task of the key, behind its others.
+func (k *Key[W]) pushBack(e Entry[W]) {
+	if e.Level != 0 && k.levels.len() == 0 {
+		for range k.fns.len() {
+			k.levels.pushBack(0)
+		}
+	}
+	if k.levels.len() > 0 || e.Level != 0 {
+		k.levels.pushBack(e.Level)
 	}
 	k.fns.pushBack(e.Fn)
 	k.seqs.pushBack(e.Seq)
 	if e.Accepted != 0 {
 		k.accepted.pushBack(uint64(e.Accepted))
 	}
-	switch {
-	case k.busy:
-		q.held++
-	case k.fns.len() == 1:
-		heap.Push(&q.ready, k)
-	}
 }
 
-// pushFront puts e, a task of the queue handed out and taken back before
-// it started, back in front of its waiting tasks: it was accepted before
-// them. Its key is no longer busy.
-func (q *Queue[W]) pushFront(e Entry[W]) {
-	q.waiting++
-	k := e.Key
-	if k == nil {
-		q.fifo.pushFront(e.Task, e.Seq, e.Accepted)
-		return
+// pushFront puts e, a task of the key taken back, in front of its others.
+func (k *Key[W]) pushFront(e Entry[W]) {
+	if e.Level != 0 && k.levels.len() == 0 {
+		for range k.fns.len() {
+			k.levels.pushBack(0)
+		}
 	}
-	k.busy = false
-	q.held -= k.fns.len()
+	if k.levels.len() > 0 || e.Level != 0 {
+		k.levels.pushFront(e.Level)
+	}
 	k.fns.pushFront(e.Fn)
 	k.seqs.pushFront(e.Seq)
 	if e.Accepted != 0 {
 		k.accepted.pushFront(uint64(e.Accepted))
-	}
-	if k.at >= 0 {
-		heap.Fix(&q.ready, k.at)
-	} else {
-		heap.Push(&q.ready, k)
 	}
 }
 
@@ -189,6 +273,9 @@ func (k *Key[W]) popFront() {
 	k.seqs.popFront()
 	if k.accepted.len() > 0 {
 		k.accepted.popFront()
+	}
+	if k.levels.len() > 0 {
+		k.levels.popFront()
 	}
 }
 
@@ -207,22 +294,10 @@ func (q *Queue[W]) key(name string, free *[]*Key[W]) *Key[W] {
 	} else {
 		k = new(Key[W])
 	}
-	k.name, k.queue, k.at = name, q, -1
+	k.name, k.queue, k.at, k.in = name, q, -1, nil
 	q.keys[name] = k
 	q.mostKeys = max(q.mostKeys, len(q.keys))
 	return k
-}
-
-// keyEnded frees k, whose running task ended or was taken back: its next
-// task may start, or, with none waiting, the key goes.
-func (q *Queue[W]) keyEnded(k *Key[W], free *[]*Key[W]) {
-	k.busy = false
-	if n := k.fns.len(); n > 0 {
-		q.held -= n
-		heap.Push(&q.ready, k)
-		return
-	}
-	q.forget(k, free)
 }
 
 // maxFreeKeys is how many unused keys the scheduler keeps, so that keys
@@ -242,7 +317,8 @@ const smallKeyMap = 64
 func (q *Queue[W]) forget(k *Key[W], free *[]*Key[W]) {
 	delete(q.keys, k.name)
 	if len(*free) < maxFreeKeys {
-		k.name, k.queue, k.at, k.busy = "", nil, -1, false // its buffers kept
+		// its buffers kept
+		k.name, k.queue, k.at, k.in, k.busy, k.paced, k.resting, k.tat = "", nil, -1, nil, false, false, false, 0
 		*free = append(*free, k)
 	}
 	if n := len(q.keys); n < q.mostKeys/4 && q.mostKeys > smallKeyMap {
@@ -254,28 +330,39 @@ func (q *Queue[W]) forget(k *Key[W], free *[]*Key[W]) {
 	}
 }
 
-// drain removes every waiting task of the queue and appends it to tasks,
-// in no particular order. The keys that are busy stay, with no task
-// waiting, until their task ends; the others go.
-func (q *Queue[W]) drain(tasks []Entry[W], free *[]*Key[W]) []Entry[W] {
-	for q.fifo.len() > 0 {
-		seq, _ := q.fifo.frontSeq()
-		tasks = append(tasks, Entry[W]{Task: q.fifo.front(), Queue: q, Seq: seq, Accepted: q.fifo.firstAccepted()})
-		q.fifo.popFront()
+// drainQueue removes every waiting task of q and appends it to tasks, in
+// no particular order. The keys that are busy stay, with no task waiting,
+// until their task ends, and those whose buckets fill up until they are
+// full; the others go.
+func (s *Scheduler[W]) drainQueue(tasks []Entry[W], q *Queue[W]) []Entry[W] {
+	for _, l := range q.levels {
+		for l.fifo.len() > 0 {
+			seq, _ := l.fifo.frontSeq()
+			tasks = append(tasks, Entry[W]{Task: l.fifo.front(), Queue: q, Seq: seq, Accepted: l.fifo.firstAccepted(), Level: l.n})
+			l.fifo.popFront()
+		}
+		clear(l.ready)
+		l.ready = l.ready[:0]
 	}
 	for _, k := range q.keys {
 		for k.fns.len() > 0 {
-			tasks = append(tasks, Entry[W]{Task: Task[W]{Fn: k.fns.front()}, Queue: q, Key: k, Seq: k.seqs.first(), Accepted: int64(k.accepted.first())})
+			tasks = append(tasks, Entry[W]{Task: Task[W]{Fn: k.fns.front()}, Queue: q, Key: k, Seq: k.seqs.first(), Accepted: int64(k.accepted.first()), Level: k.level()})
 			k.popFront()
 		}
-		k.at = -1
-		if !k.busy {
-			q.forget(k, free)
+		k.at, k.in = -1, nil
+		if k.paced {
+			k.paced = false
+			s.npaced--
+		}
+		switch {
+		case k.busy || k.resting:
+		case !s.keyFull(k):
+			s.rest(k) // a drop does not refill its bucket
+		default:
+			q.forget(k, &s.free)
 		}
 	}
-	clear(q.ready)
-	q.ready = q.ready[:0]
-	q.waiting, q.held = 0, 0
+	q.waiting, q.held, q.heldPaced = 0, 0, 0
 	return tasks
 }
 
