@@ -369,6 +369,11 @@ func (d *loop) answerStops() {
 		if q.Waiting() > 0 || q.Running() > 0 || q.Lent() > asking {
 			return false
 		}
+		if d.outQueue == q {
+			// The outbox holds none of its tasks: let the loop keep
+			// nothing of a stopped sub-pool.
+			d.outQueue = nil
+		}
 		r.lane.stats.state.Store(int32(Stopped)) // before Stop returns
 		close(r.done)
 		return true

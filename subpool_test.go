@@ -968,3 +968,51 @@ func TestAStoppedSubpoolsErrorNamesItAndWrapsErrStopped(t *testing.T) {
 	p.Stop()
 	assert.Equal(t, workerpool.ErrStopped, p.Subpool("late", 1).Submit(func() {}), "a stopped pool's own error")
 }
+
+// TestEveryStoppedSubpoolIsFreedTheLastOnesIncluded: nothing of the pool
+// keeps a sub-pool it stopped, not even the last ones, whose tasks its
+// workers and its outbox held last, with no task after them: a worker that
+// waits keeps nothing of its last task, and the loop nothing of the last
+// queue its outbox held.
+func TestEveryStoppedSubpoolIsFreedTheLastOnesIncluded(t *testing.T) {
+	for _, how := range []string{"one task at a time", "through the outbox", "keyed"} {
+		t.Run(how, func(t *testing.T) {
+			p := workerpool.New(4, workerpool.WithMinWorkers(4))
+			defer p.StopWait()
+			var subs []weak.Pointer[workerpool.Subpool]
+			for i := range 300 {
+				s := p.Subpool(fmt.Sprint("s", i), 2)
+				subs = append(subs, weak.Make(s))
+				switch how {
+				case "one task at a time":
+					for range 3 {
+						require.NoError(t, s.SubmitWait(func() {}))
+					}
+				case "through the outbox":
+					gate := make(chan struct{})
+					for range 4 {
+						require.NoError(t, p.Submit(func() { <-gate }))
+					}
+					for range 10 {
+						require.NoError(t, s.Submit(func() {}))
+					}
+					close(gate)
+				case "keyed":
+					for range 3 {
+						require.NoError(t, s.SubmitKey("k", func() {}))
+					}
+				}
+				s.StopWait()
+			}
+			runtime.GC()
+			runtime.GC()
+			var kept []int
+			for i, w := range subs {
+				if w.Value() != nil {
+					kept = append(kept, i)
+				}
+			}
+			assert.Empty(t, kept, "these stopped sub-pools are still reachable from the pool")
+		})
+	}
+}

@@ -77,8 +77,10 @@ func (s *state) runWorker(w *worker, e entry, how start) {
 		s.run(&e, w, l)
 	}
 	for {
-		e.Task = task{} // the worker keeps no task's closure while it waits
-		next, ok := s.hand.Next(&w.seat, ran, e, ran && (e.Key != nil || l != nil))
+		// Next clears e: the worker keeps nothing of its last task while it
+		// waits, neither its closure nor its queue, whose stopped sub-pool
+		// would stay with it.
+		next, ok := s.hand.Next(&w.seat, ran, &e, ran && (e.Key != nil || l != nil))
 		if !ok {
 			break
 		}

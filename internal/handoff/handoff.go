@@ -211,13 +211,15 @@ func (h *Handoff[T]) Give(t T, direct bool) Given {
 }
 
 // Next is a worker's call for its next task. If the worker ran a task
-// (ran), that task's end is counted; if report is set, end is listed for
-// the loop (Ends). Next returns the first task of the outbox, or, with
-// none, parks the worker at seat s until the loop gives it one. It returns
-// false if the worker is to exit: it is above the maximum, or it was
-// parked and the pool reaped it, or nothing will come any more. The worker
-// is counted out then.
-func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
+// (ran), that task's end is counted; if report is set, *end is listed for
+// the loop (Ends). Either way *end is cleared, so that the worker keeps
+// nothing of its last task while it waits. Next returns the first task of
+// the outbox, or, with none, parks the worker at seat s until the loop
+// gives it one. It returns false if the worker is to exit: it is above the
+// maximum, or it was parked and the pool reaped it, or nothing will come
+// any more. The worker is counted out then.
+func (h *Handoff[T]) Next(s *Seat[T], ran bool, end *T, report bool) (T, bool) {
+	var zero T
 	h.mu.Lock()
 	if ran {
 		if h.running--; h.want&WantIdle != 0 && h.running <= h.idleAt {
@@ -225,12 +227,12 @@ func (h *Handoff[T]) Next(s *Seat[T], ran bool, end T, report bool) (T, bool) {
 		}
 	}
 	if report {
-		h.ends = append(h.ends, end)
+		h.ends = append(h.ends, *end)
 		if h.want&WantEnds != 0 {
 			h.wakeLoop()
 		}
 	}
-	var zero T
+	*end = zero
 	switch {
 	case h.workers > h.max:
 		h.countIn(-1) // retired: the maximum fell, or a loan ended

@@ -75,7 +75,9 @@ func (m *model) startSim(task int) {
 			if ran {
 				<-s.finish
 			}
-			t, ok := m.h.Next(&s.seat, ran, cur, ran && cur%2 == 0)
+			report := ran && cur%2 == 0
+			end := cur
+			t, ok := m.h.Next(&s.seat, ran, &end, report)
 			s.got <- got{t, ok}
 			if !ok {
 				return
@@ -404,7 +406,8 @@ func TestATaskGivenAfterAHoldPassedDoesNotStartBeforeTheTasksHeld(t *testing.T) 
 		var seat Seat[int]
 		got := make(chan int, 1)
 		go func() {
-			t, ok := h.Next(&seat, true, 1, false)
+			end := 1
+			t, ok := h.Next(&seat, true, &end, false)
 			if ok {
 				got <- t
 			}
