@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -402,4 +403,45 @@ func TestTheLastTaskOfEveryKindCanBeCollectedOnceItEnds(t *testing.T) {
 			assert.True(t, sample[i].Value() == nil, "the last %s task's closure is still reachable", k.name)
 		}
 	})
+}
+
+// TestTheFirstTaskOfAQueueCostsLittle: the first task to wait in a quiet
+// sub-pool's queue costs at most 64 bytes beyond its closure (a queue's
+// buffers start at one slot), and the first of a key's line, which the
+// key holds only while a task of it waits or runs, at most 512.
+func TestTheFirstTaskOfAQueueCostsLittle(t *testing.T) {
+	const n = 10_000
+	task := func() {}
+	for _, tc := range []struct {
+		name  string
+		most  float64
+		keyed bool
+	}{
+		{"a sub-pool's queue", 64, false},
+		{"a key's line", 512, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, resume := pausedPool(t)
+			defer resume()
+			subs := make([]*workerpool.Subpool, n)
+			keys := make([]string, n)
+			for i := range n {
+				subs[i] = p.Subpool(strconv.Itoa(i), 1)
+				keys[i] = strconv.Itoa(i) // made before: the key's string is the caller's
+			}
+			before := liveHeap()
+			for i := range n {
+				if tc.keyed {
+					require.NoError(t, p.SubmitKey(keys[i], task))
+				} else {
+					require.NoError(t, subs[i].Submit(task))
+				}
+			}
+			per := float64(int64(liveHeap())-int64(before)) / n
+			t.Logf("%s with one task waiting: %.1f B", tc.name, per)
+			assert.LessOrEqual(t, per, tc.most, "the first task of %s", tc.name)
+			runtime.KeepAlive(subs)
+			runtime.KeepAlive(keys)
+		})
+	}
 }
