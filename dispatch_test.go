@@ -2,11 +2,14 @@ package workerpool_test
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -154,3 +157,54 @@ func TestSubpoolStopReturnsOnceItsTasksEnd(t *testing.T) {
 // atkLongWait is how much longer a stalled test waits before it reports,
 // to show the stall lasts.
 const atkLongWait = 5 * time.Second
+
+// TestAKeyedTaskAcceptedWhileTheLoopIsQuietFreesItsKeyOnceItEnds: a keyed
+// task, of the pool's own queue or of a sub-pool's, comes to a pool whose
+// loop is quiet (nothing waits, nothing runs). Once it has ended, and
+// with no submission or request after it, its key line is gone: its
+// key's name can be collected. The quiet hole of issue 35: such a task
+// left the loop quiet, so its end was not collected until the next keyed
+// or sub-pool submission or request, and its key line (and its
+// sub-pool's count of running tasks, which the API does not show) was
+// held meanwhile, also after a plain Submit.
+func TestAKeyedTaskAcceptedWhileTheLoopIsQuietFreesItsKeyOnceItEnds(t *testing.T) {
+	for _, where := range []string{"the pool's own queue", "a sub-pool"} {
+		t.Run(where, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(2)
+				defer p.Stop()
+				s := p.Subpool("s", 1)
+				submit := p.SubmitKey
+				if where == "a sub-pool" {
+					submit = s.SubmitKey
+				}
+				ended := make(chan struct{})
+				name := submitWithAFreshKey(t, submit, func() { close(ended) })
+				<-ended
+				synctest.Wait() // the worker parked, the loop waits: nothing else comes
+				runtime.GC()
+				assert.Nil(t, name.Value(), "guarantees.md 16: a key costs memory only while a task with it waits or runs; its task ended, and its key line still holds its name")
+				require.NoError(t, p.SubmitWait(func() {}), "a plain task")
+				synctest.Wait()
+				runtime.GC()
+				assert.Nil(t, name.Value(), "guarantees.md 16: after a plain task too")
+				st := s.Status()
+				assert.Zero(t, st.Busy+st.Waiting, "the sub-pool's task ended")
+				assertBalanced(t, p.Status())
+			})
+		})
+	}
+}
+
+// submitWithAFreshKey submits task with submit under a key made for it,
+// and returns a weak pointer to the key's name: nothing but the pool
+// refers to it once this returns. The name is 64 bytes, an object of its
+// own (the tiny allocator packs smaller ones together).
+//
+//go:noinline
+func submitWithAFreshKey(t *testing.T, submit func(string, func()) error, task func()) weak.Pointer[byte] {
+	key := strings.Repeat("k", 64)
+	name := weak.Make(unsafe.StringData(key))
+	require.NoError(t, submit(key, task))
+	return name
+}

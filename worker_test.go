@@ -430,7 +430,9 @@ func TestATaskCanStopItsPool(t *testing.T) {
 				}
 				assert.ErrorIs(t, p.Submit(func() {}), workerpool.ErrStopped)
 				synctest.Wait()
-				assert.Zero(t, p.Status().Workers, "the worker exits once its task returns")
+				s = p.Status()
+				assert.Zero(t, s.Workers, "the worker exits once its task returns")
+				assert.Equal(t, workerpool.Stopped, s.State, "the State doc: Stopped once every goroutine the pool started has exited")
 			})
 		})
 	}
