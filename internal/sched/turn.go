@@ -5,8 +5,11 @@ package sched
 // virtual time counted in rounds: a queue of weight w that takes a turn
 // moves on by 1/w of a round, so that of the queues that keep taking turns
 // each goes in proportion to its weight, and none twice in a row while a
-// queue of the same weight waits: smooth weighted round robin, with no
-// bursts. Ties go to the turn given first. A queue that had no waiting
+// queue of the same weight waits. This is stride scheduling, not smooth
+// weighted round robin: queues of one weight that joined together sit at
+// one virtual time, so a heavier queue takes its turns of a round in a
+// run before them (weights 7, 1 and 1 give aaaaaaabc, where smooth
+// round robin gives aaabaacaa). Ties go to the turn given first. A queue that had no waiting
 // task, or that takes a turn, starts from the latest turn taken (now), so
 // a queue that was idle, or passed over, gains nothing by it: with every
 // weight 1 these are plain round-robin turns, each queue after every
