@@ -55,11 +55,12 @@ func (p *Pool) WaitingQueueSize() int {
 	return p.s.waiting(inHand, p.s.workersAndTasks())
 }
 
-// Stopped reports whether the pool has stopped accepting tasks: Stop,
-// StopWait or Shutdown has been called. Once such a call has returned,
-// every submission fails with [ErrStopped]. Its tasks may still be
-// running: [Pool.Status]'s State is Stopping until every one has ended and
-// every goroutine has exited, and Stopped then.
+// Stopped reports whether Stop, StopWait or Shutdown has been called. A
+// submission racing that call may still be accepted, and then runs or is
+// handed back by the stop, as any accepted task; once the call has
+// returned, every submission fails with [ErrStopped]. Its tasks may still
+// be running: [Pool.Status]'s State is Stopping until every one has ended
+// and every goroutine has exited, and Stopped then.
 func (p *Pool) Stopped() bool {
 	s := p.s
 	if s.stopCalled.Load() || s.drainCalled.Load() {

@@ -565,3 +565,46 @@ func TestPauseWithANilContextPanicsNamingIt(t *testing.T) {
 	assert.Equal(t, workerpool.Running, p.Status().State)
 	assert.NoError(t, p.SubmitWait(func() {}), "the pool still hands out tasks")
 }
+
+// TestAChangeDuringAStopTakesNoTaskOutOfReach: tasks that wait in the
+// hand-off's outbox while the pool stops (here behind a sub-pool at the
+// pool's maximum) can be taken back into the scheduler by a Resize of the
+// pool or of a sub-pool, or a new rate; they then run, within the new
+// limit, before the stop returns. FuzzPool found the loop finished while
+// the outbox held tasks, and a sub-pool's Resize during a Shutdown took
+// them back where no one would hand them out: the stop returned with two
+// tasks Waiting for ever, neither run nor abandoned.
+func TestAChangeDuringAStopTakesNoTaskOutOfReach(t *testing.T) {
+	changes := map[string]func(p *workerpool.Pool, s *workerpool.Subpool){
+		"Subpool.Resize":  func(_ *workerpool.Pool, s *workerpool.Subpool) { s.Resize(1) },
+		"Pool.Resize":     func(p *workerpool.Pool, _ *workerpool.Subpool) { p.Resize(1) },
+		"Subpool.SetRate": func(_ *workerpool.Pool, s *workerpool.Subpool) { s.SetRate(workerpool.Every(time.Millisecond), 1) },
+		"Pool.SetRate":    func(p *workerpool.Pool, _ *workerpool.Subpool) { p.SetRate(workerpool.Every(time.Millisecond), 1) },
+	}
+	for name, change := range changes {
+		for _, stop := range stopFromInside[1:] { // StopWait and Shutdown run the queue
+			t.Run(name+"/"+stop.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					p := workerpool.New(2)
+					s := p.Subpool("A", 2) // at the maximum: its tasks wait in the outbox
+					release := make(chan struct{})
+					var ran atomic.Int32
+					for range 4 {
+						require.NoError(t, s.Submit(func() { <-release; ran.Add(1) }))
+					}
+					synctest.Wait()
+					stopped := make(chan struct{})
+					go func() { _, _ = stop.stop(p); close(stopped) }()
+					synctest.Wait()
+					change(p, s)
+					close(release)
+					<-stopped
+					st := p.Status()
+					assert.Equal(t, int32(4), ran.Load(), "guarantees.md 2: %s runs every task accepted; %v", stop.name, st)
+					assert.Zero(t, st.Waiting, "guarantees.md 9: nothing waits once the stop returned")
+					assertBalanced(t, st)
+				})
+			})
+		}
+	}
+}

@@ -240,6 +240,10 @@ func (d *loop) listen() bool {
 			idleAt = d.waitingOnPool()
 		}
 	}
+	if d.closed && d.sched.Waiting() == 0 && d.h.Len() > 0 {
+		w |= handoff.WantRoom // finished once the workers have emptied the outbox
+		roomAt = max(roomAt, 0)
+	}
 	if bound := d.s.cfg.maxWaiting; bound > 0 && !d.room() {
 		w |= handoff.WantRoom // a bounded queue waits for a task to leave the outbox
 		roomAt = bound - d.sched.Waiting() - 1
@@ -263,11 +267,13 @@ func (d *loop) listen() bool {
 func (d *loop) waitingOnPool() int { return d.stoppers - d.leavers + d.waiters }
 
 // finished reports whether the loop is done: the pool is stopping, no task
-// waits in the scheduler, and no submitter is on its way (none that passed
-// its check of state.closed is still to hand over). The outbox may still
-// hold tasks: the workers take them before they exit.
+// waits, in the scheduler or the outbox, and no submitter is on its way
+// (none that passed its check of state.closed is still to hand over). The
+// loop waits for the workers to empty the outbox, as a request (a Resize,
+// a rate) may take its tasks back into the scheduler, which only the loop
+// hands out.
 func (d *loop) finished() bool {
-	return d.closed && d.sched.Waiting() == 0 && d.s.onWay.empty()
+	return d.closed && d.sched.Waiting() == 0 && d.s.onWay.empty() && d.h.Len() == 0
 }
 
 // receiving reports whether the loop receives on state.tasks: while the

@@ -3,17 +3,21 @@ package workerpool
 import (
 	"sync"
 	"sync/atomic"
+	"weak"
 )
 
 // A lane is a sub-pool as its submitters, the loop and the workers know
 // it: its queue in the scheduler, the gate its submitters pass, and the
-// counters its Status reads. A Subpool points to its lane; the lane points
-// back to the Subpool only for the task observer's TaskTiming and its
-// errors, and the loop holds a lane only while a task of it waits or runs,
-// so a sub-pool stopped and dropped leaves nothing behind.
+// counters its Status reads. A Subpool points to its lane, and to its
+// Pool. The loop holds a lane only while a task of it waits or runs, so a
+// sub-pool stopped and dropped leaves nothing behind; and the lane points
+// back to its Subpool only weakly, for the task observer's TaskTiming, so
+// that a task queued in a sub-pool does not keep the Pool reachable from
+// the loop: a pool dropped unstopped is collected all the same.
 type lane struct {
-	queue *queue   // owned by the loop
-	sub   *Subpool // for TaskTiming.Subpool, and errors that name it
+	queue *queue                // owned by the loop
+	sub   weak.Pointer[Subpool] // for TaskTiming.Subpool
+	name  string                // the sub-pool's, for errors that name it
 	// handed counts the lane's tasks that the loop gave to the hand-off,
 	// less those it took back; owned by the loop.
 	handed uint64

@@ -100,7 +100,9 @@ func WithoutPanicRecovery() Option {
 
 // WithLogger sets the logger of the default panic handler, which logs a
 // task's panic and its stack at level Error; nil, or none, logs with
-// [slog.Default]. A handler set with [WithPanicHandler] replaces it.
+// [slog.Default] as it is when the panic comes, so that a program may set
+// its default logger after making its pools. A handler set with
+// [WithPanicHandler] replaces it.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
@@ -172,11 +174,12 @@ func newConfig(maxWorkers int, opts []Option) config {
 	}
 	if c.panicHandler == nil {
 		logger := c.logger
-		if logger == nil {
-			logger = slog.Default()
-		}
 		c.panicHandler = func(pe *PanicError) {
-			logger.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))
+			l := logger
+			if l == nil {
+				l = slog.Default() // the default of the moment: a program may set it after New
+			}
+			l.Error("workerpool: task panicked", "panic", pe.Value, "stack", string(pe.Stack))
 		}
 	}
 	return c

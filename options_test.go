@@ -54,6 +54,30 @@ func TestDefaultPanicHandlerLogsWithSlog(t *testing.T) {
 	assert.Contains(t, buf.String(), `msg="workerpool: task panicked" panic=boom stack=`)
 }
 
+// TestDefaultPanicHandlerLogsWithTheSlogDefaultOfTheMoment: a program that
+// makes its pools (at package level, say) before it sets its default
+// logger gets its tasks' panics in that logger, at level Error, whatever
+// the default was at New. (A review of issue 36 found the default captured
+// at New: the new default got nothing, or the record at level Info.)
+func TestDefaultPanicHandlerLogsWithTheSlogDefaultOfTheMoment(t *testing.T) {
+	defer slog.SetDefault(slog.Default())
+	for _, before := range []string{"slog's own default", "an earlier logger"} {
+		t.Run(before, func(t *testing.T) {
+			var earlier, later bytes.Buffer
+			if before == "an earlier logger" {
+				slog.SetDefault(slog.New(slog.NewTextHandler(&earlier, nil)))
+			}
+			p := workerpool.New(1)
+			slog.SetDefault(slog.New(slog.NewTextHandler(&later, nil)))
+			require.NoError(t, p.Submit(func() { panic("boom") }))
+			p.StopWait()
+			assert.Contains(t, later.String(), `level=ERROR msg="workerpool: task panicked" panic=boom stack=`,
+				"WithLogger's doc: with no logger given, the panic goes to slog.Default as it is when the panic comes")
+			assert.Empty(t, earlier.String(), "the default at New")
+		})
+	}
+}
+
 func TestStringers(t *testing.T) {
 	assert.Equal(t, []string{"running", "paused", "stopping", "stopped", "State(9)"},
 		[]string{workerpool.Running.String(), workerpool.Paused.String(), workerpool.Stopping.String(), workerpool.Stopped.String(), workerpool.State(9).String()})

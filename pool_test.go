@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -899,6 +900,171 @@ func TestAPoolDroppedUnstoppedLeavesNoGoroutine(t *testing.T) {
 	}
 	assert.Equal(t, int64(3000), ran.Load(), "every task given ran")
 	assert.Empty(t, poolGoroutines(before), "the dropped pools' goroutines")
+}
+
+// dropAndWait runs use on a fresh pool, drops it, and waits (GC and the
+// idle timeout) until none of its goroutines is left; it fails the test,
+// naming the case, if some are left after 10s, or if not every task that
+// use counts in has run.
+func dropAndWait(t *testing.T, name string, opts []workerpool.Option, use func(p *workerpool.Pool, ran *atomic.Int64) int64) {
+	t.Helper()
+	before := poolGoroutineIDs()
+	var ran atomic.Int64
+	var want int64
+	func() {
+		p := workerpool.New(4, append([]workerpool.Option{workerpool.WithIdleTimeout(20 * time.Millisecond)}, opts...)...)
+		want = use(p, &ran)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && (len(poolGoroutines(before)) > 0 || ran.Load() < want) {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := poolGoroutines(before); len(left) > 0 {
+		t.Errorf("guarantees.md 5: %s: a pool dropped unstopped left %d goroutines after GC and 10s:\n%s", name, len(left), strings.Join(left, "\n\n"))
+	}
+	if ran.Load() != want {
+		t.Errorf("%s: %d of %d tasks given to the dropped pool ran", name, ran.Load(), want)
+	}
+}
+
+// TestADroppedPoolLeavesNoGoroutineWhateverItUsed: a pool dropped
+// unstopped leaves no goroutine and runs what it was given, whatever it
+// used: sub-pools, keys, a Local, rates, pauses, timings, levels, groups,
+// Map, MapSeq, Call. (A review of issue 36 found a paused pool with a
+// sub-pool's task queued never collected: the queued task's sub-pool
+// pointed back to the pool, from the loop.)
+func TestADroppedPoolLeavesNoGoroutineWhateverItUsed(t *testing.T) {
+	bg := context.Background()
+	longLived, cancelLong := context.WithCancel(bg) // never cancelled during the test
+	defer cancelLong()
+	cases := []struct {
+		name string
+		opts []workerpool.Option
+		use  func(p *workerpool.Pool, ran *atomic.Int64) int64
+	}{
+		{"min workers", []workerpool.Option{workerpool.WithMinWorkers(2)}, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.Submit(func() { ran.Add(1) })
+			return 1
+		}},
+		{"sub-pools used", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			a, b := p.Subpool("a", 1), p.Subpool("b", 2)
+			a.SubmitWait(func() { ran.Add(1) })
+			b.Submit(func() { ran.Add(1) })
+			b.Submit(func() { time.Sleep(50 * time.Millisecond); ran.Add(1) })
+			return 3
+		}},
+		{"sub-pool stopped, another live", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			a := p.Subpool("a", 1)
+			a.SubmitWait(func() { ran.Add(1) })
+			a.Stop()
+			p.Subpool("a", 1).Submit(func() { ran.Add(1) })
+			return 2
+		}},
+		{"keys", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			for i := range 10 {
+				p.SubmitKey([]string{"x", "y"}[i%2], func() { time.Sleep(time.Millisecond); ran.Add(1) })
+			}
+			p.Subpool("k", 1).SubmitKey("x", func() { ran.Add(1) })
+			return 11
+		}},
+		{"a Local", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			l := workerpool.NewLocal(func() (*int, error) { return new(int), nil }, func(*int) {})
+			for range 5 {
+				l.Submit(p, func(*int) { ran.Add(1) })
+			}
+			workerpool.CallWith(bg, p, l, func(context.Context, *int) (int, error) { ran.Add(1); return 0, nil })
+			return 6
+		}},
+		{"rates", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.SetRate(workerpool.Every(5*time.Millisecond), 1)
+			p.SetKeyRate(workerpool.Every(5*time.Millisecond), 1)
+			s := p.Subpool("r", 2)
+			s.SetRate(workerpool.Every(5*time.Millisecond), 1)
+			for range 5 {
+				p.Submit(func() { ran.Add(1) })
+				p.SubmitKey("k", func() { ran.Add(1) })
+				s.Submit(func() { ran.Add(1) })
+			}
+			return 15 // some still paced when dropped
+		}},
+		{"paused for ever", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.Pause(bg)
+			p.Submit(func() { ran.Add(1) })
+			return 1 // the cleanup stops it as StopWait: the pause ends and it runs
+		}},
+		{"paused on a long-lived ctx", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.Pause(longLived)
+			p.Subpool("s", 1).Submit(func() { ran.Add(1) })
+			return 1
+		}},
+		{"paused on a long-lived ctx, own queue", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.Pause(longLived)
+			p.Submit(func() { ran.Add(1) })
+			return 1
+		}},
+		{"paused for ever, sub-pool task queued", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.Pause(bg)
+			p.Subpool("s", 1).Submit(func() { ran.Add(1) })
+			return 1
+		}},
+		{"sub-pool task queued behind a slow one", nil, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			s := p.Subpool("s", 1)
+			s.Submit(func() { time.Sleep(200 * time.Millisecond); ran.Add(1) })
+			s.Submit(func() { ran.Add(1) })
+			return 2
+		}},
+		{"timings and observer", []workerpool.Option{workerpool.WithTaskObserver(func(workerpool.TaskTiming) {})}, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			p.SubmitWait(func() { ran.Add(1) })
+			p.Priority(5).Submit(func() { ran.Add(1) })
+			_ = p.Status()
+			return 2
+		}},
+		{"levels of a sub-pool", []workerpool.Option{workerpool.WithTaskTimings()}, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			s := p.Subpool("lv", 2, workerpool.WithWeight(3))
+			s.Priority(2).Submit(func() { ran.Add(1) })
+			s.Priority(0).SubmitKey("a", func() { ran.Add(1) })
+			return 2
+		}},
+		{"group, Map, MapSeq, Call on a long-lived ctx", []workerpool.Option{workerpool.WithMaxWaiting(2)}, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			g := p.Group(longLived)
+			g.Go(func(context.Context) error { ran.Add(1); return nil })
+			g.Wait()
+			workerpool.Map(longLived, p, []int{1, 2, 3}, func(context.Context, int) (int, error) { ran.Add(1); return 0, nil })
+			for range workerpool.MapSeq(longLived, p, []int{1, 2, 3}, func(context.Context, int) (int, error) { ran.Add(1); return 0, nil }) {
+				break
+			}
+			workerpool.Call(longLived, p, func(context.Context) (int, error) { ran.Add(1); return 0, nil })
+			f := workerpool.Go(p, func() (int, error) { ran.Add(1); return 0, nil })
+			f.Wait()
+			return int64(1 + 3 + 1 + 1 + 1) // MapSeq's other items: ran or canceled, counted below at most
+		}},
+		{"everything", []workerpool.Option{workerpool.WithMinWorkers(1), workerpool.WithTaskTimings(), workerpool.WithMaxWaiting(100)}, func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+			l := workerpool.NewLocal(func() (int, error) { return 1, nil }, nil)
+			s := p.Subpool("e", 2)
+			s.SetKeyRate(workerpool.Every(time.Millisecond), 2)
+			for i := range 20 {
+				s.SubmitKey("k", func() { ran.Add(1) })
+				l.Submit(s, func(int) { ran.Add(1) })
+				p.Priority(i%3).SubmitKey("j", func() { ran.Add(1) })
+			}
+			p.Pause(longLived)
+			return 60
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			use := c.use
+			if strings.HasPrefix(c.name, "group") {
+				// MapSeq's break may cancel up to 2 items: accept 7..9.
+				use = func(p *workerpool.Pool, ran *atomic.Int64) int64 {
+					c.use(p, ran)
+					return ran.Load()
+				}
+			}
+			dropAndWait(t, c.name, c.opts, use)
+		})
+	}
 }
 
 // TestAPoolKeptByItsSubpoolIsNotStopped: a sub-pool keeps its pool: a

@@ -298,17 +298,18 @@ func (d *loop) dropQueue() {
 // drop drops e, a task that will never run: its waiter gets ErrStopped,
 // and a fire-and-forget task is kept for Stop to return.
 func (d *loop) drop(e entry) {
-	if !d.abandon(&e) {
+	if !d.abandon(&e, ErrStopped) {
 		return
 	}
 	d.dropped = append(d.dropped, e)
 }
 
 // abandon counts e, a task that a stop dropped, Abandoned, and settles it:
-// its waiter gets ErrStopped, and a fire-and-forget waiter becomes its
-// func, for the stop to return. It reports false, and counts nothing, if
-// its submitter gave up on it first: it is Canceled.
-func (d *loop) abandon(e *entry) bool {
+// its waiter gets err (ErrStopped, or a sub-pool's error that wraps it),
+// and a fire-and-forget waiter becomes its func, for the stop to return.
+// It reports false, and counts nothing, if its submitter gave up on it
+// first: it is Canceled.
+func (d *loop) abandon(e *entry, err error) bool {
 	d.publishLane(e.Queue) // it left the queue, or the outbox
 	l := laneOf(e)
 	if e.W != nil {
@@ -319,7 +320,7 @@ func (d *loop) abandon(e *entry) bool {
 		case isFireAndForget(e.W):
 			e.Fn = e.W.(fireAndForget).asFunc() // returned, as a Submit's task
 		default:
-			e.W.finish(ErrStopped)
+			e.W.finish(err)
 		}
 		e.W = nil
 	}
@@ -343,7 +344,7 @@ func (d *loop) stopLane(r *request) {
 		clear(back)
 		d.back = back[:0]
 		for _, e := range d.sched.DropQueue(q) {
-			if d.abandon(&e) && e.Fn != nil {
+			if d.abandon(&e, l.errStopped()) && e.Fn != nil {
 				r.tasks = append(r.tasks, e.Fn)
 			}
 		}

@@ -84,9 +84,12 @@ type Status struct {
 	Rejected, Abandoned uint64
 	// Canceled counts accepted tasks that never started because their
 	// submitters gave up on them first: a [Call] whose context was done,
-	// the tasks of a [Group] or a [Map] whose context was done, or the
-	// items of a [MapSeq] whose loop ended early or whose context was done.
-	// They left the queue at once.
+	// the tasks of a [Group] or a [Map] whose context was done (by the
+	// caller, or because another of its tasks failed: one a stop dropped
+	// included), or the items of a [MapSeq] whose loop ended early or whose
+	// context was done. They left the queue at once. So a stop that drops a
+	// Group's queued tasks counts the first it reaches Abandoned, and those
+	// the Group withdrew as it failed, Canceled.
 	Canceled uint64
 	// Timed says whether the pool times its tasks: whether it was made
 	// with [WithTaskTimings] (or [WithTaskObserver]). Wait and Run then sum

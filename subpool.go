@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"weak"
 
 	"github.com/dispatchkit/workerpool/internal/sched"
 )
@@ -62,7 +63,7 @@ func (p *Pool) Subpool(name string, limit int, opts ...SubpoolOption) *Subpool {
 		return s
 	}
 	s := &Subpool{p: p, name: name}
-	s.lane = &lane{sub: s, stopping: make(chan struct{})}
+	s.lane = &lane{sub: weak.Make(s), name: name, stopping: make(chan struct{})}
 	s.lane.queue = sched.NewQueue[waiter](s.lane, limit)
 	s.lane.queue.SetWeight(cfg.weight)
 	s.lane.stats.limit.Store(int64(limit))
@@ -320,7 +321,7 @@ func (s *Subpool) Status() Status {
 
 // errStopped returns the error of a submission to the lane's sub-pool
 // once it is stopping: ErrStopped, naming the sub-pool.
-func (l *lane) errStopped() error { return subpoolStopped{l.sub.name} }
+func (l *lane) errStopped() error { return subpoolStopped{l.name} }
 
 // A subpoolStopped is ErrStopped for a sub-pool stopped alone: its message
 // names the sub-pool, and errors.Is finds ErrStopped in it.

@@ -1016,3 +1016,38 @@ func TestEveryStoppedSubpoolIsFreedTheLastOnesIncluded(t *testing.T) {
 		})
 	}
 }
+
+// TestAWaiterASubpoolsStopDroppedGetsItsNamedError: a SubmitWait, a Call
+// and a Future queued in a sub-pool that its Stop drops learn that the
+// sub-pool stopped, by name, and errors.Is finds ErrStopped; the pool goes
+// on. (A review of issue 36 found them told "pool is stopped" while the
+// pool ran.)
+func TestAWaiterASubpoolsStopDroppedGetsItsNamedError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := workerpool.New(2)
+		defer p.Stop()
+		s := p.Subpool("q-9", 1)
+		release := make(chan struct{})
+		require.NoError(t, s.Submit(func() { <-release })) // the others wait behind it
+		synctest.Wait()
+		errs := make(chan error, 3)
+		go func() { errs <- s.SubmitWait(func() {}) }()
+		go func() {
+			_, err := workerpool.Call(context.Background(), s, func(context.Context) (int, error) { return 0, nil })
+			errs <- err
+		}()
+		go func() {
+			_, err := workerpool.Go(s, func() (int, error) { return 0, nil }).Wait()
+			errs <- err
+		}()
+		synctest.Wait()
+		go func() { synctest.Wait(); close(release) }()
+		s.Stop()
+		for range 3 {
+			err := <-errs
+			assert.ErrorIs(t, err, workerpool.ErrStopped)
+			assert.ErrorContains(t, err, `sub-pool "q-9" is stopped`, "the sub-pool's own error, as its Submit gives")
+		}
+		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
+	})
+}

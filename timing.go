@@ -43,7 +43,7 @@ type Timing struct {
 // A TaskTiming is how long one task waited and ran, for the observer of
 // [WithTaskObserver].
 type TaskTiming struct {
-	Subpool  *Subpool      // the task's sub-pool, or nil for the pool's own
+	Subpool  *Subpool      // the task's sub-pool; nil for the pool's own, or once its sub-pool was stopped and dropped
 	Level    int           // the task's priority level (see [Pool.Priority])
 	Wait     time.Duration // from when the pool accepted it to when it started
 	Run      time.Duration // from when it started to when it ended

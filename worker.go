@@ -408,7 +408,7 @@ func (s *state) timeTask(h *entry, l *lane, start int64, panicked bool) {
 	s.timings.run.add(tt.Run)
 	s.timings.levels.add(h.Level, tt.Wait)
 	if l != nil {
-		tt.Subpool = l.sub
+		tt.Subpool = l.sub.Value()
 		l.timings.wait.add(tt.Wait)
 		l.timings.run.add(tt.Run)
 		l.timings.levels.add(h.Level, tt.Wait)
