@@ -300,6 +300,9 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	r.workQueue = sc.Retention == jetstream.WorkQueuePolicy
 	r.perSubject = sc.MaxMsgsPerSubject
 	r.refusesPerSubject = sc.Discard == jetstream.DiscardNew && sc.DiscardNewPerSubject
+	if sc.Discard == jetstream.DiscardOld {
+		r.maxMsgs, r.maxBytes = sc.MaxMsgs, sc.MaxBytes
+	}
 	return nil
 }
 
