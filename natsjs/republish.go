@@ -45,11 +45,13 @@ func (r *run) giveBack(m *message) {
 			r.report(m.messageError("republish", err))
 		case r.lastDelivery(delivery):
 			// A Nak would strand it, and no copy can take its place.
-			r.report(m.messageError("republish", err))
+			r.copyFailed(m, err)
 			r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "no copy could take its place")
 		default:
-			// The Nak costs the message a delivery, but loses nothing.
-			r.report(m.messageError("republish", err))
+			// The Nak costs the message a delivery, but loses nothing; after
+			// a copy not confirmed, which may still be stored, it may cost a
+			// duplicate: at least once.
+			r.copyFailed(m, err)
 			r.send(m, "nak", ackNak)
 		}
 	case r.lastDelivery(delivery):
@@ -148,21 +150,71 @@ func (r *run) publishCopy(m *message, out *nats.Msg) (*jetstream.PubAck, error) 
 		}
 		deadline, _ := ctx.Deadline()
 		ack, err := r.publish(r.js, out, time.Until(deadline), try...)
-		if err == nil || !wrongLastSequence(err) {
-			return ack, err
+		switch {
+		case err == nil:
+			return ack, nil
+		case !answered(err):
+			// No try was answered in time, and a publication held on its
+			// way (a slow link, a client reconnecting) may still be
+			// stored. One stored by now is the last of its subject.
+			look, cancelLook := context.WithTimeout(context.Background(), max(r.cfg.settleTimeout/4, time.Second))
+			_, ack, _ := r.lastOfSubject(look, m, out)
+			cancelLook()
+			if ack != nil {
+				return ack, nil
+			}
+			return nil, fmt.Errorf("%w: the copy's publication was not answered, and the copy may still be stored: %w", ErrNotConfirmed, err)
+		case !wrongLastSequence(err):
+			return nil, err
 		}
 		// A message is stored that was not when Run looked: a newer one of
 		// m's subject, another of the stream, or the copy itself, stored
 		// by a publication whose answer was lost.
-		last, lerr := r.stream.GetLastMsgForSubject(ctx, m.msg.Subject)
-		if lerr == nil && last.Header.Get("Nats-Msg-Id") == out.Header.Get("Nats-Msg-Id") {
-			return &jetstream.PubAck{Stream: stream, Sequence: last.Sequence}, nil
+		last, ack, lerr := r.lastOfSubject(ctx, m, out)
+		if ack != nil {
+			return ack, nil
 		}
 		if bounded && ctx.Err() == nil && (r.perSubject <= 0 || lerr == nil && last.Sequence == seq) {
 			continue // m is still the last of its subject: another message of the stream was stored
 		}
 		return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: a newer message of subject %q is stored: %w", m.msg.Subject, err))
 	}
+}
+
+// lastOfSubject returns the last message of m's subject and, if it is
+// out, a copy of m (the same Nats-Msg-Id), out's PubAck: the copy is
+// stored.
+func (r *run) lastOfSubject(ctx context.Context, m *message, out *nats.Msg) (*jetstream.RawStreamMsg, *jetstream.PubAck, error) {
+	last, err := r.stream.GetLastMsgForSubject(ctx, m.msg.Subject)
+	if err != nil {
+		return nil, nil, err
+	}
+	if last.Header.Get("Nats-Msg-Id") != out.Header.Get("Nats-Msg-Id") {
+		return last, nil, nil
+	}
+	stream, _, _, _ := m.info()
+	return last, &jetstream.PubAck{Stream: stream, Sequence: last.Sequence}, nil
+}
+
+// answered reports whether err, the failure of a publication, is the
+// server's answer (a refusal), after which the message is not stored. Any
+// other failure (a timeout, a lost connection) leaves that unknown.
+func answered(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae)
+}
+
+// copyFailed reports err, the failure of m's copy, to the error handler.
+// A copy whose publication was not answered (the error wraps
+// ErrNotConfirmed) while the stop settles is counted among what the stop
+// could not confirm, so that Run returns ErrNotConfirmed: that copy may
+// still be stored, and its job run twice, as the copy and as what is done
+// in its place (a Nak, a dead letter).
+func (r *run) copyFailed(m *message, err error) {
+	if errors.Is(err, ErrNotConfirmed) && r.stopping.Load() {
+		r.unconfirmed.Add(1)
+	}
+	r.report(m.messageError("republish", err))
 }
 
 // room returns the last sequence of m's stream, bounded by MaxMsgs or

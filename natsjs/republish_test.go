@@ -621,3 +621,96 @@ func TestAStopsCopyRefusedByAFullStreamThatDiscardsNewIsNakdAtOnce(t *testing.T)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), info.State.Msgs, "the stream lost a job: %+v", info.State)
 }
+
+// stopWithSlowCopies runs job 0 in a work queue through a proxy that
+// holds the publications to its subjects for hold, stops Run while the
+// handler runs, and returns what Run returned. Run's settle timeout is
+// settle; a try of the copy's publication lasts a second.
+func stopWithSlowCopies(t *testing.T, hold, settle time.Duration, hook *hookLog) (jetstream.JetStream, jetstream.Consumer, error) {
+	t.Helper()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	publishJobs(t, js, 1)
+	proxy := startHoldingProxy(t, s.Addr().String(), hold, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	slowJS, err := jetstream.New(nc)
+	require.NoError(t, err)
+	started := make(chan struct{}, 2)
+	stop := consuming(t, newPool(t, 1), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), natsjs.WithSettleTimeout(settle), hook.option())
+	recv(t, started, "the handler")
+	return js, cons, stop()
+}
+
+// A stop's copy whose publication no try saw answered within the settle
+// timeout may still be stored: no one can know. The stop Naks the message
+// all the same, lest it be lost, and says so: Run returns ErrNotConfirmed,
+// and the error handler hears it. The job then runs at most twice (the
+// original and the copy stored late), never zero times.
+func TestAStopsCopyNotConfirmedInTimeIsReportedAndItsJobRunsAtMostTwice(t *testing.T) {
+	t.Parallel()
+	var hook hookLog
+	// One try of a second, whose publication reaches the server a second
+	// after the stop has looked for the copy and Nak'd the message.
+	js, cons, runErr := stopWithSlowCopies(t, 2*time.Second, time.Second, &hook)
+	require.ErrorIs(t, runErr, natsjs.ErrNotConfirmed, "a copy that was not confirmed was not reported by Run (reports %v)", hook.all())
+	var heard bool
+	for _, err := range hook.all() {
+		var me *natsjs.MessageError
+		if errors.As(err, &me) && me.Op == "republish" && errors.Is(err, natsjs.ErrNotConfirmed) {
+			heard = true
+		}
+	}
+	assert.True(t, heard, "the error handler did not hear of the copy not confirmed: %v", hook.all())
+
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.LastSeq >= 2
+	}, "the held copy never reached the stream")
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return ta.distinct() == 1 && streamEmpty(js, "JOBS") }, "the job was lost")
+	require.NoError(t, stopB())
+	n := ta.snapshot()["0"]
+	assert.GreaterOrEqual(t, n, 1, "the job was lost")
+	assert.LessOrEqual(t, n, 2, "the job ran more than twice")
+}
+
+// A stop's copy whose tries all timed out, but which reached the stream
+// before the settle timeout ran out, is found there (the last message of
+// its subject, by its Nats-Msg-Id) before the stop falls back to a Nak:
+// the message is terminated, the job runs once, and Run returns nil.
+func TestAStopsCopyStoredAfterItsTriesTimedOutIsFoundAndItsJobRunsOnce(t *testing.T) {
+	t.Parallel()
+	var hook hookLog
+	// Tries of a second for two seconds; the first publication reaches
+	// the server after 1.5 s.
+	js, cons, runErr := stopWithSlowCopies(t, 1500*time.Millisecond, 2*time.Second, &hook)
+	require.NoError(t, runErr, "the copy stored was not found (reports %v)", hook.all())
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	_, err = st.GetMsg(context.Background(), 1)
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the stop Nak'd the job as well as copying it (reports %v)", hook.all())
+	raw, err := st.GetMsg(context.Background(), 2)
+	require.NoError(t, err, "the copy is not stored")
+	assert.Equal(t, "1", raw.Header.Get("Natsjs-Republished-From"))
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return ta.distinct() == 1 && streamEmpty(js, "JOBS") }, "the job was lost")
+	require.NoError(t, stopB())
+	assert.Equal(t, map[string]int{"0": 1}, ta.snapshot(), "the stop handed the job back twice")
+}
