@@ -658,3 +658,39 @@ func TestAFinalFailuresKeptCopyNeverPushesOutAnOlderJobOfAFullStream(t *testing.
 	require.NoError(t, err, "the final failure's copy pushed the older job, which never ran, out of the stream (reports %v)", hook.all())
 	assert.Equal(t, "older", string(raw.Data))
 }
+
+// The copy kept for a final failure whose dead letter cannot be
+// published is a copy like the stop's: with MaxMsgsPerSubject 1, once v2
+// is stored, v1's copy must not push v2 out.
+func TestAFinalFailuresKeptCopyNeverReplacesANewerJobOfItsSubject(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+	ta := newTally()
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if string(msg.Data()) == "v1" {
+			_, err := js.Publish(context.Background(), "jobs.a", []byte("v2"))
+			require.NoError(t, err)
+			return natsjs.Permanent(errors.New("bad"))
+		}
+		return nil
+	}, natsjs.WithDeadLetter(js, "dead.nowhere"), natsjs.WithDeadLetterTimeout(300*time.Millisecond), hook.option())
+	ok := assert.Eventually(t, func() bool { return ta.snapshot()["v2"] == 1 }, 10*time.Second, 10*time.Millisecond,
+		"v2 never ran: v1's final-error copy replaced it (reports %v)", hook.all())
+	require.NoError(t, stop())
+	if ok {
+		assert.Equal(t, map[string]int{"v1": 1, "v2": 1}, ta.snapshot())
+	}
+}

@@ -714,3 +714,53 @@ func TestAStopsCopyStoredAfterItsTriesTimedOutIsFoundAndItsJobRunsOnce(t *testin
 	require.NoError(t, stopB())
 	assert.Equal(t, map[string]int{"0": 1}, ta.snapshot(), "the stop handed the job back twice")
 }
+
+// With MaxMsgsPerSubject 1 or 2, or DiscardNewPerSubject, a stop of the
+// only message of its subject loses nothing and reports no failure but
+// the handler's; the next Run has it once.
+func TestAStopsCopyOfTheOnlyMessageOfItsSubjectLosesNothing(t *testing.T) {
+	t.Parallel()
+	cases := map[string]jetstream.StreamConfig{
+		"per subject 1":              {MaxMsgsPerSubject: 1},
+		"per subject 2":              {MaxMsgsPerSubject: 2},
+		"per subject 1, discard new": {MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			cfg.Name, cfg.Subjects, cfg.Retention = "JOBS", []string{"jobs.>"}, jetstream.WorkQueuePolicy
+			_, err := js.CreateStream(context.Background(), cfg)
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+				Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+			})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), "jobs.a", []byte("only"))
+			require.NoError(t, err)
+			started := make(chan struct{}, 2)
+			var hook hookLog
+			stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}, natsjs.WithGracePeriod(0), hook.option())
+			recv(t, started, "the handler")
+			require.NoError(t, stopA())
+			if name != "per subject 1, discard new" {
+				assert.Len(t, hook.all(), len(hook.handlerErrors()), "unexpected reports: %v", hook.all())
+			}
+			got := make(chan uint64, 2)
+			stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				md, _ := msg.Metadata()
+				got <- md.NumDelivered
+				return nil
+			})
+			recv(t, got, "the job handed back was lost")
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "left")
+			require.NoError(t, stopB())
+			assert.Empty(t, got, "handled twice")
+		})
+	}
+}

@@ -332,3 +332,40 @@ func TestASnoozesCopyNeverPushesOutAnOlderJobOfAFullStream(t *testing.T) {
 	require.NoError(t, err, "the snoozed job was lost")
 	assert.Equal(t, "snoozer", string(raw.Data))
 }
+
+// A snooze and a stop cost no attempt: a job snoozed once, cut by
+// a stop once, then failing every time, still gets MaxDeliver (3) attempts,
+// numbered 1, 2, 3, the last final.
+func TestASnoozeAndAStopCostNoAttempt(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	publishJobs(t, js, 1)
+	var calls atomic.Int32
+	started := make(chan struct{}, 4)
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if calls.Add(1) == 1 {
+			return natsjs.Snooze(20 * time.Millisecond)
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0))
+	recv(t, started, "the snoozed job")
+	require.NoError(t, stopA())
+	var hook hookLog
+	var fails atomic.Int32
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		fails.Add(1)
+		return errors.New("boom")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 10 * time.Millisecond }), hook.option())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the job was not finished")
+	require.NoError(t, stopB())
+	var ds []string
+	for _, he := range hook.handlerErrors() {
+		ds = append(ds, fmt.Sprint(he.Delivery, "/", he.Final))
+	}
+	assert.Equal(t, int32(3), fails.Load(), "the snooze or the stop cost attempts: %v", ds)
+	assert.Equal(t, []string{"1/false", "2/false", "3/true"}, ds)
+}
