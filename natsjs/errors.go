@@ -27,7 +27,9 @@ var (
 	// settled was not confirmed: a message it acked may come back after
 	// AckWait and be handled again; one it handed back comes back only
 	// after AckWait; one on its last delivery that it could not re-publish
-	// stays in its stream. The error handler is told of each message.
+	// stays in its stream; one whose copy was not confirmed was handed
+	// back all the same, and the copy may still be stored: its job may be
+	// handled twice. The error handler is told of each message.
 	ErrNotConfirmed = errors.New("natsjs: the server did not confirm the settling of a message")
 	// ErrSuperseded says that a message's stream has moved on: a stream
 	// with a per-subject limit (MaxMsgsPerSubject) holds a newer message of

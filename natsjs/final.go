@@ -103,11 +103,10 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 		return
 	}
 	if err != nil {
-		if r.stopping.Load() {
-			r.unconfirmed.Add(1)
-			err = fmt.Errorf("%w: %w", ErrNotConfirmed, err)
+		if r.stopping.Load() && !errors.Is(err, ErrNotConfirmed) {
+			err = fmt.Errorf("%w: %w", ErrNotConfirmed, err) // left unsettled by the stop
 		}
-		r.report(m.messageError("republish", err))
+		r.copyFailed(m, err)
 		m.seal() // left, as outside a work queue
 		return
 	}

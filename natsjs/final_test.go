@@ -606,3 +606,91 @@ func TestDeadLettersThatWaitStayWithinMaxInFlight(t *testing.T) {
 	require.NoError(t, stop())
 	assert.LessOrEqual(t, stopWatch(), 2, "held more than WithMaxInFlight with dead letters waiting")
 }
+
+// The copy kept for a final failure whose dead letter cannot be published
+// is published as a stop's copy is: in a work queue bounded by MaxMsgs
+// that drops its oldest message (DiscardOld), a copy stored while the
+// stream is full would push out "older", a job waiting for its retry. The
+// copy is not published: the failed message is left, reported, and comes
+// back after AckWait, as outside a work queue.
+func TestAFinalFailuresKeptCopyNeverPushesOutAnOlderJobOfAFullStream(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgs: 2,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("older"))
+	require.NoError(t, err)
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "older" {
+			return errors.New("later")
+		}
+		return natsjs.Permanent(errors.New("bad"))
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }),
+		natsjs.WithDeadLetter(js, "dead.nowhere"), natsjs.WithDeadLetterTimeout(300*time.Millisecond), hook.option())
+	eventually(t, func() bool { return len(hook.handlerErrors()) == 1 }, "the older job did not fail")
+	_, err = js.Publish(context.Background(), "jobs.b", []byte("bad"))
+	require.NoError(t, err)
+	// Settled: by a copy, or left once the copy was refused (reported).
+	republished := func() bool {
+		for _, err := range hook.all() {
+			var me *natsjs.MessageError
+			if errors.As(err, &me) && me.Op == "republish" {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.LastSeq >= 3 || republished()
+	}, "the final failure was not settled")
+	require.NoError(t, stop())
+
+	raw, err := st.GetMsg(context.Background(), 1)
+	require.NoError(t, err, "the final failure's copy pushed the older job, which never ran, out of the stream (reports %v)", hook.all())
+	assert.Equal(t, "older", string(raw.Data))
+}
+
+// The copy kept for a final failure whose dead letter cannot be
+// published is a copy like the stop's: with MaxMsgsPerSubject 1, once v2
+// is stored, v1's copy must not push v2 out.
+func TestAFinalFailuresKeptCopyNeverReplacesANewerJobOfItsSubject(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("v1"))
+	require.NoError(t, err)
+	ta := newTally()
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		if string(msg.Data()) == "v1" {
+			_, err := js.Publish(context.Background(), "jobs.a", []byte("v2"))
+			require.NoError(t, err)
+			return natsjs.Permanent(errors.New("bad"))
+		}
+		return nil
+	}, natsjs.WithDeadLetter(js, "dead.nowhere"), natsjs.WithDeadLetterTimeout(300*time.Millisecond), hook.option())
+	ok := assert.Eventually(t, func() bool { return ta.snapshot()["v2"] == 1 }, 10*time.Second, 10*time.Millisecond,
+		"v2 never ran: v1's final-error copy replaced it (reports %v)", hook.all())
+	require.NoError(t, stop())
+	if ok {
+		assert.Equal(t, map[string]int{"v1": 1, "v2": 1}, ta.snapshot())
+	}
+}

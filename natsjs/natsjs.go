@@ -134,15 +134,22 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // reach every consumer, Run Naks too, which costs the message a delivery;
 // on its last delivery, Run dead-letters it (see [WithDeadLetter]), or,
 // without a dead-letter subject, leaves it and says so
-// ([ErrNotConfirmed]). In a stream with a per-subject limit
-// (MaxMsgsPerSubject), a copy never takes the place of another message of
-// its subject: it is published only while the message is the last of its
-// subject, and, with a limit above 1, while the subject has room; a
-// message a newer one pushed out is superseded, and terminated without a
-// copy (the error handler hears [ErrSuperseded]). A copy that cannot be
-// published (a stream full, a subject full, DiscardNewPerSubject) falls
-// back to a Nak, or, on the last delivery, to what is done outside a work
-// queue.
+// ([ErrNotConfirmed]). A copy never takes the place of another message.
+// In a stream with a per-subject limit (MaxMsgsPerSubject), it is
+// published only while the message is the last of its subject, and, with
+// a limit above 1, while the subject has room; a message a newer one
+// pushed out is superseded, and terminated without a copy (the error
+// handler hears [ErrSuperseded]). In a stream bounded by MaxMsgs or
+// MaxBytes that drops its oldest message when full (DiscardOld), it is
+// published only while the stream has room for it, but where what it
+// pushes out is the message itself (the oldest of the stream, or the last
+// of its subject under a per-subject limit of 1). A copy that cannot be
+// published (a stream full, a subject full, DiscardNew) falls back to a
+// Nak at once, or, on the last delivery, to what is done outside a work
+// queue. A copy whose publication the server did not confirm within the
+// settle timeout (5s) is looked for once; if it is not stored, Run Naks
+// the message all the same, and reports [ErrNotConfirmed]: the copy may
+// still be stored, and its job handled twice.
 //
 // cons must be a pull consumer with AckPolicy explicit. A panic in h is
 // passed on to the pool, which recovers it as for any task (see
@@ -300,6 +307,9 @@ func (r *run) reach(ctx context.Context, info *jetstream.ConsumerInfo) error {
 	r.workQueue = sc.Retention == jetstream.WorkQueuePolicy
 	r.perSubject = sc.MaxMsgsPerSubject
 	r.refusesPerSubject = sc.Discard == jetstream.DiscardNew && sc.DiscardNewPerSubject
+	if sc.Discard == jetstream.DiscardOld {
+		r.maxMsgs, r.maxBytes = sc.MaxMsgs, sc.MaxBytes
+	}
 	return nil
 }
 

@@ -2,9 +2,11 @@ package natsjs_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +68,66 @@ func TestOriginalIDIsTheSameForAMessageAndEveryCopyOfIt(t *testing.T) {
 	assert.Regexp(t, `^JOBS:`+strconv.FormatUint(ack.Sequence, 10)+`:\d+$`, ids["b"][0])
 	assert.Equal(t, []string{ids["b"][0], ids["b"][0], ids["b"][0]}, ids["b"])
 	assert.Len(t, slices.Compact(seqs["b"]), 3, "the copies did not have sequences of their own: the test missed")
+}
+
+// OriginalID is the same for a message and all its copies,
+// whichever made them: a snooze copy, a stop copy of that copy, the dead
+// letter of the stop copy, and the job Redrive brings back.
+func TestOriginalIDIsTheSameThroughSnoozeStopDeadLetterAndRedrive(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	dead, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.x", []byte("x")) // no Nats-Msg-Id
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var ids []string
+	record := func(msg jetstream.Msg) int {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, natsjs.OriginalID(msg))
+		return len(ids)
+	}
+	started := make(chan struct{}, 4)
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if record(msg) == 1 {
+			return natsjs.Snooze(20 * time.Millisecond)
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0))
+	recv(t, started, "the snoozed copy's handler")
+	require.NoError(t, stopA())
+
+	stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		record(msg)
+		return natsjs.Permanent(errors.New("bad"))
+	}, natsjs.WithDeadLetter(js, "dead.jobs"))
+	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") }, "not dead-lettered")
+	require.NoError(t, stopB())
+	dls := deadLetters(t, js)
+	require.Len(t, dls, 1)
+	require.NoError(t, natsjs.Redrive(context.Background(), js, dead, dls[0].Sequence))
+
+	var done atomic.Bool
+	stopC := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		record(msg)
+		done.Store(true)
+		return nil
+	})
+	eventually(t, done.Load, "the redriven job did not run")
+	require.NoError(t, stopC())
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, ids, 4)
+	require.NotEmpty(t, ids[0])
+	for i, id := range ids {
+		assert.Equal(t, ids[0], id, "copy %d has another OriginalID (all: %v)", i, ids)
+	}
+	assert.Equal(t, ids[0], dls[0].OriginalID, "the dead letter's OriginalID differs")
 }

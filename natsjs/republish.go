@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,11 +45,13 @@ func (r *run) giveBack(m *message) {
 			r.report(m.messageError("republish", err))
 		case r.lastDelivery(delivery):
 			// A Nak would strand it, and no copy can take its place.
-			r.report(m.messageError("republish", err))
+			r.copyFailed(m, err)
 			r.leaveLast(m, m.attemptsUsed(delivery)+1, stopCause{}, "no copy could take its place")
 		default:
-			// The Nak costs the message a delivery, but loses nothing.
-			r.report(m.messageError("republish", err))
+			// The Nak costs the message a delivery, but loses nothing; after
+			// a copy not confirmed, which may still be stored, it may cost a
+			// duplicate: at least once.
+			r.copyFailed(m, err)
 			r.send(m, "nak", ackNak)
 		}
 	case r.lastDelivery(delivery):
@@ -99,38 +102,159 @@ func (r *run) republish(m *message, delivery uint64) error {
 // With a larger limit and the subject full, it would push out an older
 // message of the subject: it is not published. If m is no longer stored
 // (a newer message pushed it out, or it was removed), the stream has moved
-// on: the error wraps ErrSuperseded, and m needs no copy. A stream that
-// refuses a message over the limit (DiscardNewPerSubject) refuses the copy
-// while m is stored: the error says so at once. Any other failure is
+// on: the error wraps ErrSuperseded, and m needs no copy.
+//
+// In a stream bounded by MaxMsgs or MaxBytes that drops its oldest
+// message to store a new one (DiscardOld), a copy stored while the stream
+// is full pushes out the oldest message of the stream, of any subject: a
+// job that may never have run. So there the copy is published only while
+// the stream has room for it (see room), and only if the stream has stored
+// nothing since Run looked, which the server checks as it stores it
+// (Nats-Expected-Last-Sequence, the stream's last sequence when Run
+// looked; messages removed meanwhile only make room). A message stored in
+// between makes the server refuse the copy, and Run looks again, for the
+// settle timeout. The server checks both expected sequences, the
+// subject's and the stream's, on one publication, holding the stream's
+// lock (nats-server's processJetStreamMsg).
+//
+// A stream that refuses a message over a limit (DiscardNew, for the
+// stream or for the subject) refuses the copy while m is stored: the
+// error says so at once, as for a full stream. Any other failure is
 // retried for the settle timeout.
 func (r *run) publishCopy(m *message, out *nats.Msg) (*jetstream.PubAck, error) {
 	stream, seq, _, _ := m.info()
-	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream)}
-	if r.perSubject <= 0 {
-		return r.publish(r.js, out, r.cfg.settleTimeout, opts...)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.settleTimeout)
 	defer cancel()
-	if r.perSubject > 1 && !r.refusesPerSubject {
-		info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(m.msg.Subject))
-		if err != nil {
-			return nil, fmt.Errorf("natsjs: counting the messages of subject %q: %w", m.msg.Subject, err)
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream)}
+	if r.perSubject > 0 {
+		if r.perSubject > 1 && !r.refusesPerSubject {
+			info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(m.msg.Subject))
+			if err != nil {
+				return nil, fmt.Errorf("natsjs: counting the messages of subject %q: %w", m.msg.Subject, err)
+			}
+			if n := info.State.Subjects[m.msg.Subject]; int64(n) >= r.perSubject {
+				return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: subject %q holds %d messages, its limit: a copy would push out the oldest", m.msg.Subject, n))
+			}
 		}
-		if n := info.State.Subjects[m.msg.Subject]; int64(n) >= r.perSubject {
-			return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: subject %q holds %d messages, its limit: a copy would push out the oldest", m.msg.Subject, n))
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(seq))
+	}
+	bounded := r.maxMsgs > 0 || r.maxBytes > 0
+	for {
+		try := opts
+		if bounded {
+			last, err := r.room(ctx, m, out)
+			if err != nil {
+				return nil, err
+			}
+			try = append(slices.Clip(opts), jetstream.WithExpectLastSequence(last))
 		}
+		deadline, _ := ctx.Deadline()
+		ack, err := r.publish(r.js, out, time.Until(deadline), try...)
+		switch {
+		case err == nil:
+			return ack, nil
+		case !answered(err):
+			// No try was answered in time, and a publication held on its
+			// way (a slow link, a client reconnecting) may still be
+			// stored. One stored by now is the last of its subject.
+			look, cancelLook := context.WithTimeout(context.Background(), max(r.cfg.settleTimeout/4, time.Second))
+			_, ack, _ := r.lastOfSubject(look, m, out)
+			cancelLook()
+			if ack != nil {
+				return ack, nil
+			}
+			return nil, fmt.Errorf("%w: the copy's publication was not answered, and the copy may still be stored: %w", ErrNotConfirmed, err)
+		case !wrongLastSequence(err):
+			return nil, err
+		}
+		// A message is stored that was not when Run looked: a newer one of
+		// m's subject, another of the stream, or the copy itself, stored
+		// by a publication whose answer was lost.
+		last, ack, lerr := r.lastOfSubject(ctx, m, out)
+		if ack != nil {
+			return ack, nil
+		}
+		if bounded && ctx.Err() == nil && (r.perSubject <= 0 || lerr == nil && last.Sequence == seq) {
+			continue // m is still the last of its subject: another message of the stream was stored
+		}
+		return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: a newer message of subject %q is stored: %w", m.msg.Subject, err))
 	}
-	opts = append(opts, jetstream.WithExpectLastSequencePerSubject(seq))
-	ack, err := r.publish(r.js, out, r.cfg.settleTimeout, opts...)
-	if err == nil || !wrongLastSequence(err) {
-		return ack, err
+}
+
+// lastOfSubject returns the last message of m's subject and, if it is
+// out, a copy of m (the same Nats-Msg-Id), out's PubAck: the copy is
+// stored.
+func (r *run) lastOfSubject(ctx context.Context, m *message, out *nats.Msg) (*jetstream.RawStreamMsg, *jetstream.PubAck, error) {
+	last, err := r.stream.GetLastMsgForSubject(ctx, m.msg.Subject)
+	if err != nil {
+		return nil, nil, err
 	}
-	// m is not the last of its subject: a newer message is, or the copy
-	// itself, stored by a publication whose answer was lost.
-	if last, lerr := r.stream.GetLastMsgForSubject(ctx, m.msg.Subject); lerr == nil && last.Header.Get("Nats-Msg-Id") == out.Header.Get("Nats-Msg-Id") {
-		return &jetstream.PubAck{Stream: stream, Sequence: last.Sequence}, nil
+	if last.Header.Get("Nats-Msg-Id") != out.Header.Get("Nats-Msg-Id") {
+		return last, nil, nil
 	}
-	return nil, r.superseded(ctx, m, fmt.Errorf("natsjs: a newer message of subject %q is stored: %w", m.msg.Subject, err))
+	stream, _, _, _ := m.info()
+	return last, &jetstream.PubAck{Stream: stream, Sequence: last.Sequence}, nil
+}
+
+// answered reports whether err, the failure of a publication, is the
+// server's answer (a refusal), after which the message is not stored. Any
+// other failure (a timeout, a lost connection) leaves that unknown.
+func answered(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae)
+}
+
+// copyFailed reports err, the failure of m's copy, to the error handler.
+// A copy whose publication was not answered (the error wraps
+// ErrNotConfirmed) while the stop settles is counted among what the stop
+// could not confirm, so that Run returns ErrNotConfirmed: that copy may
+// still be stored, and its job run twice, as the copy and as what is done
+// in its place (a Nak, a dead letter).
+func (r *run) copyFailed(m *message, err error) {
+	if errors.Is(err, ErrNotConfirmed) && r.stopping.Load() {
+		r.unconfirmed.Add(1)
+	}
+	r.report(m.messageError("republish", err))
+}
+
+// room returns the last sequence of m's stream, bounded by MaxMsgs or
+// MaxBytes with DiscardOld, if storing out, a copy of m, would push out
+// no message but m itself; else an error saying that the stream is full.
+// The copy takes m's place where the server drops m to store it: m, the
+// last of its subject under a per-subject limit of 1, or the oldest
+// message of the stream. Bytes are counted without that credit: the copy
+// needs room beside every message stored, m included, which the size of
+// m's record, not known here, would otherwise have to be trusted for.
+func (r *run) room(ctx context.Context, m *message, out *nats.Msg) (uint64, error) {
+	stream, seq, _, _ := m.info()
+	info, err := r.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("natsjs: reading the state of stream %q: %w", stream, err)
+	}
+	st := info.State
+	msgs := st.Msgs + 1
+	if r.perSubject == 1 || st.FirstSeq == seq {
+		msgs-- // what the copy pushes out is m itself
+	}
+	switch size := copySize(out, stream); {
+	case r.maxMsgs > 0 && msgs > uint64(r.maxMsgs):
+		return 0, fmt.Errorf("natsjs: stream %q is full: it holds %d messages, and MaxMsgs is %d: a copy would push out its oldest", stream, st.Msgs, r.maxMsgs)
+	case r.maxBytes > 0 && st.Bytes+size > uint64(r.maxBytes):
+		return 0, fmt.Errorf("natsjs: stream %q is full: it holds %d bytes, and MaxBytes is %d: a copy of %d bytes would push out its oldest", stream, st.Bytes, r.maxBytes, size)
+	}
+	return st.LastSeq, nil
+}
+
+// copySize is at least what a stream counts against MaxBytes for out once
+// stored: the file store's record, 34 bytes beside the subject, headers
+// and payload (the memory store's is 16), with the headers its
+// publication adds: the expected stream and the expected last sequences,
+// of up to 20 digits each.
+func copySize(out *nats.Msg, stream string) uint64 {
+	added := len("Nats-Expected-Stream: \r\n") + len(stream) +
+		len("Nats-Expected-Last-Sequence: \r\n") + 20 +
+		len("Nats-Expected-Last-Subject-Sequence: \r\n") + 20
+	return uint64(34 + out.Size() + added)
 }
 
 // superseded returns an error wrapping ErrSuperseded if m's stream no
@@ -151,11 +275,23 @@ func wrongLastSequence(err error) bool {
 }
 
 // refusedForGood reports whether err is a refusal that publishing the
-// same message again cannot change: its expected last sequence was not
-// the last, or the stream refuses a message over the per-subject limit.
+// same message again at once cannot change: its expected last sequence
+// was not the last, or the stream refuses a message over one of its
+// limits (DiscardNew: "maximum messages exceeded", "maximum bytes
+// exceeded", "maximum messages per subject exceeded"), or one larger than
+// its MaxMsgSize.
 func refusedForGood(err error) bool {
 	var ae *jetstream.APIError
-	return wrongLastSequence(err) || errors.As(err, &ae) && strings.Contains(ae.Description, "per subject")
+	if wrongLastSequence(err) {
+		return true
+	}
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum ||
+		strings.Contains(ae.Description, "maximum messages") ||
+		strings.Contains(ae.Description, "maximum bytes") ||
+		strings.Contains(ae.Description, "message too large")
 }
 
 // leaveLast hands back m, closed or held, on its last delivery, where a

@@ -486,3 +486,281 @@ func TestAStopsCopyPushesOutNoOlderMessageOfAFullSubject(t *testing.T) {
 	require.NoError(t, err, "the older job was pushed out")
 	assert.Equal(t, "older", string(raw.Data))
 }
+
+// fullStream creates the work-queue stream JOBS with cfg's limits, and
+// its consumer, with three attempts, and stores "older" on jobs.a then
+// "cut" on jobs.b.
+func fullStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, jetstream.Consumer) {
+	t.Helper()
+	cfg.Name, cfg.Subjects, cfg.Retention = "JOBS", []string{"jobs.>"}, jetstream.WorkQueuePolicy
+	st, err := js.CreateStream(context.Background(), cfg)
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("older"))
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.b", []byte("cut"))
+	require.NoError(t, err)
+	return st, cons
+}
+
+// stopWhileOlderWaits runs "older", which fails and waits an hour for its
+// retry, in the stream, and "cut", which runs until the stop; it stops
+// Run and returns what Run returned.
+func stopWhileOlderWaits(t *testing.T, js jetstream.JetStream, cons jetstream.Consumer, hook *hookLog, opts ...natsjs.Option) error {
+	t.Helper()
+	started := make(chan struct{}, 1)
+	opts = append([]natsjs.Option{natsjs.WithGracePeriod(0), natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }), hook.option()}, opts...)
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "older" {
+			return errors.New("later")
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, opts...)
+	recv(t, started, "the handler")
+	eventually(t, func() bool { return len(hook.handlerErrors()) == 1 }, "the older job did not fail")
+	return stop()
+}
+
+// In a work queue bounded by MaxMsgs or MaxBytes that drops its oldest
+// message to store a new one (DiscardOld), a copy stored while the stream
+// is full would push out the oldest message of the stream, of any
+// subject: here "older", a job waiting for its retry, which no one ran.
+// The copy is not published; the stop Naks the message instead, which
+// costs it a delivery but loses nothing.
+func TestAStopsCopyNeverPushesOutAnOlderJobOfAFullStream(t *testing.T) {
+	t.Parallel()
+	cases := map[string]jetstream.StreamConfig{
+		"MaxMsgs 2":                         {MaxMsgs: 2},
+		"MaxMsgs 2 and MaxMsgsPerSubject 5": {MaxMsgs: 2, MaxMsgsPerSubject: 5},
+		"MaxMsgs 2 and MaxMsgsPerSubject 1": {MaxMsgs: 2, MaxMsgsPerSubject: 1},
+		"MaxBytes 256":                      {MaxBytes: 256},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			st, cons := fullStream(t, js, cfg)
+			var hook hookLog
+			runErr := stopWhileOlderWaits(t, js, cons, &hook)
+
+			raw, err := st.GetMsg(context.Background(), 1)
+			require.NoError(t, err, "the stop's copy of \"cut\" pushed the older job, which never ran, out of the stream (Run returned %v; reports %v)", runErr, hook.all())
+			assert.Equal(t, "older", string(raw.Data))
+			info, err := st.Info(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, uint64(2), info.State.Msgs, "the stream lost a job, or holds a copy too: %+v", info.State)
+		})
+	}
+}
+
+// A full stream whose oldest message is the one a stop hands back has
+// room for its copy: what the copy pushes out is the message itself. The
+// copy takes its place, with no Nak and no report.
+func TestAStopsCopyTakesThePlaceOfTheOldestMessageOfAFullStream(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgs: 2,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.b", []byte("cut"))
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("older"))
+	require.NoError(t, err)
+	var hook hookLog
+	require.NoError(t, stopWhileOlderWaits(t, js, cons, &hook))
+
+	assert.Len(t, hook.all(), 2, "only the handlers' failures are reported: %v", hook.all())
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), info.State.Msgs, "the stream holds the waiting job and the copy: %+v", info.State)
+	raw, err := st.GetMsg(context.Background(), 2)
+	require.NoError(t, err, "the copy pushed out the waiting job")
+	assert.Equal(t, "older", string(raw.Data))
+	raw, err = st.GetMsg(context.Background(), 3)
+	require.NoError(t, err, "the copy was not stored")
+	assert.Equal(t, "cut", string(raw.Data))
+	assert.Equal(t, "1", raw.Header.Get("Natsjs-Republished-From"))
+}
+
+// A stream that discards new messages when full (DiscardNew) refuses the
+// copy itself. That refusal is final: the stop Naks the message at once,
+// rather than publish the copy again for the settle timeout.
+func TestAStopsCopyRefusedByAFullStreamThatDiscardsNewIsNakdAtOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	st, cons := fullStream(t, js, jetstream.StreamConfig{MaxMsgs: 2, Discard: jetstream.DiscardNew})
+	var hook hookLog
+	const settle = 10 * time.Second
+	start := time.Now()
+	runErr := stopWhileOlderWaits(t, js, cons, &hook, natsjs.WithSettleTimeout(settle))
+	took := time.Since(start)
+	require.NoError(t, runErr)
+	assert.Less(t, took, settle/2, "the refused copy was published again for the settle timeout (reports %v)", hook.all())
+	var me *natsjs.MessageError
+	var refused bool
+	for _, err := range hook.all() {
+		if errors.As(err, &me) && me.Op == "republish" {
+			refused = true
+		}
+	}
+	assert.True(t, refused, "the refused copy was not reported: %v", hook.all())
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), info.State.Msgs, "the stream lost a job: %+v", info.State)
+}
+
+// stopWithSlowCopies runs job 0 in a work queue through a proxy that
+// holds the publications to its subjects for hold, stops Run while the
+// handler runs, and returns what Run returned. Run's settle timeout is
+// settle; a try of the copy's publication lasts a second.
+func stopWithSlowCopies(t *testing.T, hold, settle time.Duration, hook *hookLog) (jetstream.JetStream, jetstream.Consumer, error) {
+	t.Helper()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 5)
+	publishJobs(t, js, 1)
+	proxy := startHoldingProxy(t, s.Addr().String(), hold, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	slowJS, err := jetstream.New(nc)
+	require.NoError(t, err)
+	started := make(chan struct{}, 2)
+	stop := consuming(t, newPool(t, 1), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0), natsjs.WithSettleTimeout(settle), hook.option())
+	recv(t, started, "the handler")
+	return js, cons, stop()
+}
+
+// A stop's copy whose publication no try saw answered within the settle
+// timeout may still be stored: no one can know. The stop Naks the message
+// all the same, lest it be lost, and says so: Run returns ErrNotConfirmed,
+// and the error handler hears it. The job then runs at most twice (the
+// original and the copy stored late), never zero times.
+func TestAStopsCopyNotConfirmedInTimeIsReportedAndItsJobRunsAtMostTwice(t *testing.T) {
+	t.Parallel()
+	var hook hookLog
+	// One try of a second, whose publication reaches the server a second
+	// after the stop has looked for the copy and Nak'd the message.
+	js, cons, runErr := stopWithSlowCopies(t, 2*time.Second, time.Second, &hook)
+	require.ErrorIs(t, runErr, natsjs.ErrNotConfirmed, "a copy that was not confirmed was not reported by Run (reports %v)", hook.all())
+	var heard bool
+	for _, err := range hook.all() {
+		var me *natsjs.MessageError
+		if errors.As(err, &me) && me.Op == "republish" && errors.Is(err, natsjs.ErrNotConfirmed) {
+			heard = true
+		}
+	}
+	assert.True(t, heard, "the error handler did not hear of the copy not confirmed: %v", hook.all())
+
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.LastSeq >= 2
+	}, "the held copy never reached the stream")
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return ta.distinct() == 1 && streamEmpty(js, "JOBS") }, "the job was lost")
+	require.NoError(t, stopB())
+	n := ta.snapshot()["0"]
+	assert.GreaterOrEqual(t, n, 1, "the job was lost")
+	assert.LessOrEqual(t, n, 2, "the job ran more than twice")
+}
+
+// A stop's copy whose tries all timed out, but which reached the stream
+// before the settle timeout ran out, is found there (the last message of
+// its subject, by its Nats-Msg-Id) before the stop falls back to a Nak:
+// the message is terminated, the job runs once, and Run returns nil.
+func TestAStopsCopyStoredAfterItsTriesTimedOutIsFoundAndItsJobRunsOnce(t *testing.T) {
+	t.Parallel()
+	var hook hookLog
+	// Tries of a second for two seconds; the first publication reaches
+	// the server after 1.5 s.
+	js, cons, runErr := stopWithSlowCopies(t, 1500*time.Millisecond, 2*time.Second, &hook)
+	require.NoError(t, runErr, "the copy stored was not found (reports %v)", hook.all())
+	st, err := js.Stream(context.Background(), "JOBS")
+	require.NoError(t, err)
+	_, err = st.GetMsg(context.Background(), 1)
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the stop Nak'd the job as well as copying it (reports %v)", hook.all())
+	raw, err := st.GetMsg(context.Background(), 2)
+	require.NoError(t, err, "the copy is not stored")
+	assert.Equal(t, "1", raw.Header.Get("Natsjs-Republished-From"))
+	ta := newTally()
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		ta.add(msg)
+		return nil
+	})
+	eventually(t, func() bool { return ta.distinct() == 1 && streamEmpty(js, "JOBS") }, "the job was lost")
+	require.NoError(t, stopB())
+	assert.Equal(t, map[string]int{"0": 1}, ta.snapshot(), "the stop handed the job back twice")
+}
+
+// With MaxMsgsPerSubject 1 or 2, or DiscardNewPerSubject, a stop of the
+// only message of its subject loses nothing and reports no failure but
+// the handler's; the next Run has it once.
+func TestAStopsCopyOfTheOnlyMessageOfItsSubjectLosesNothing(t *testing.T) {
+	t.Parallel()
+	cases := map[string]jetstream.StreamConfig{
+		"per subject 1":              {MaxMsgsPerSubject: 1},
+		"per subject 2":              {MaxMsgsPerSubject: 2},
+		"per subject 1, discard new": {MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			_, js := connect(t, s)
+			cfg.Name, cfg.Subjects, cfg.Retention = "JOBS", []string{"jobs.>"}, jetstream.WorkQueuePolicy
+			_, err := js.CreateStream(context.Background(), cfg)
+			require.NoError(t, err)
+			cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+				Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+			})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), "jobs.a", []byte("only"))
+			require.NoError(t, err)
+			started := make(chan struct{}, 2)
+			var hook hookLog
+			stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}, natsjs.WithGracePeriod(0), hook.option())
+			recv(t, started, "the handler")
+			require.NoError(t, stopA())
+			if name != "per subject 1, discard new" {
+				assert.Len(t, hook.all(), len(hook.handlerErrors()), "unexpected reports: %v", hook.all())
+			}
+			got := make(chan uint64, 2)
+			stopB := consuming(t, newPool(t, 1), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+				md, _ := msg.Metadata()
+				got <- md.NumDelivered
+				return nil
+			})
+			recv(t, got, "the job handed back was lost")
+			eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "left")
+			require.NoError(t, stopB())
+			assert.Empty(t, got, "handled twice")
+		})
+	}
+}

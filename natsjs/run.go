@@ -38,6 +38,12 @@ type run struct {
 	// publishCopy).
 	perSubject        int64
 	refusesPerSubject bool
+	// The stream's bounds (MaxMsgs, MaxBytes; 0 or less: none) where it
+	// makes room for a new message by dropping its oldest (DiscardOld), as
+	// read when Run starts: there a copy published while the stream is
+	// full would push out another message (see publishCopy). With
+	// DiscardNew they are 0: the server refuses such a copy itself.
+	maxMsgs, maxBytes int64
 	flow              *flow
 	runnerTask        func() // r.runnerTask, made once: submitting it allocates nothing
 

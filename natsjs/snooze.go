@@ -81,11 +81,11 @@ func (r *run) snooze(m *message, d time.Duration, spent uint64, err error) {
 	case errors.Is(cerr, ErrSuperseded):
 		r.report(m.messageError("republish", cerr))
 	case r.lastDelivery(delivery):
-		r.report(m.messageError("republish", cerr))
+		r.copyFailed(m, cerr)
 		r.leaveLast(m, spent+1, fmt.Errorf("natsjs: snoozed on its last delivery, and no copy could take its place: %w", err), "no copy could take its place")
 	default:
 		// The Nak costs the message an attempt, but loses nothing.
-		r.report(m.messageError("republish", cerr))
+		r.copyFailed(m, cerr)
 		r.send(m, "nak", r.nakAfter(d, delivery))
 	}
 }
@@ -105,7 +105,7 @@ func (r *run) retryLater(m *message, spent uint64, d time.Duration) {
 	case errors.Is(err, ErrSuperseded):
 		r.report(m.messageError("republish", err))
 	default:
-		r.report(m.messageError("republish", err))
+		r.copyFailed(m, err)
 		r.leaveLast(m, spent, errLastDelivery, "no copy could take its place")
 	}
 }

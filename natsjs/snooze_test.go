@@ -288,3 +288,84 @@ func TestASnoozeMeetsTheConsumersBackOffAndMaxDeliver(t *testing.T) {
 		})
 	}
 }
+
+// A snooze's delayed copy is published as a stop's copy is: in a work
+// queue bounded by MaxMsgs that drops its oldest message (DiscardOld), a
+// copy stored while the stream is full would push out "older", a job
+// waiting for its retry. The copy is not published: the snooze falls back
+// to a Nak with its delay, which costs an attempt but loses nothing.
+func TestASnoozesCopyNeverPushesOutAnOlderJobOfAFullStream(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Retention: jetstream.WorkQueuePolicy, MaxMsgs: 2, MaxMsgsPerSubject: 5,
+	})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(context.Background(), "JOBS", jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), "jobs.a", []byte("older"))
+	require.NoError(t, err)
+	var hook hookLog
+	stop := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if string(msg.Data()) == "older" {
+			return errors.New("later")
+		}
+		return natsjs.Snooze(time.Hour)
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return time.Hour }), hook.option())
+	eventually(t, func() bool { return len(hook.handlerErrors()) == 1 }, "the older job did not fail")
+	_, err = js.Publish(context.Background(), "jobs.b", []byte("snoozer"))
+	require.NoError(t, err)
+	// Settled: by a copy, once it is delivered for its wait, or by a Nak
+	// once the copy was refused (and reported).
+	eventually(t, func() bool {
+		return consumerInfo(t, cons).Delivered.Consumer >= 3 || len(hook.all()) == 2
+	}, "the snooze was not settled")
+	require.NoError(t, stop())
+
+	raw, err := st.GetMsg(context.Background(), 1)
+	require.NoError(t, err, "the snooze's copy pushed the older job, which never ran, out of the stream (reports %v)", hook.all())
+	assert.Equal(t, "older", string(raw.Data))
+	raw, err = st.GetMsg(context.Background(), 2)
+	require.NoError(t, err, "the snoozed job was lost")
+	assert.Equal(t, "snoozer", string(raw.Data))
+}
+
+// A snooze and a stop cost no attempt: a job snoozed once, cut by
+// a stop once, then failing every time, still gets MaxDeliver (3) attempts,
+// numbered 1, 2, 3, the last final.
+func TestASnoozeAndAStopCostNoAttempt(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	_, js := connect(t, s)
+	cons := workQueue(t, js, 30*time.Second, 3)
+	publishJobs(t, js, 1)
+	var calls atomic.Int32
+	started := make(chan struct{}, 4)
+	stopA := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if calls.Add(1) == 1 {
+			return natsjs.Snooze(20 * time.Millisecond)
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, natsjs.WithGracePeriod(0))
+	recv(t, started, "the snoozed job")
+	require.NoError(t, stopA())
+	var hook hookLog
+	var fails atomic.Int32
+	stopB := consuming(t, newPool(t, 2), js, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		fails.Add(1)
+		return errors.New("boom")
+	}, natsjs.WithBackoff(func(uint64) time.Duration { return 10 * time.Millisecond }), hook.option())
+	eventually(t, func() bool { return streamEmpty(js, "JOBS") }, "the job was not finished")
+	require.NoError(t, stopB())
+	var ds []string
+	for _, he := range hook.handlerErrors() {
+		ds = append(ds, fmt.Sprint(he.Delivery, "/", he.Final))
+	}
+	assert.Equal(t, int32(3), fails.Load(), "the snooze or the stop cost attempts: %v", ds)
+	assert.Equal(t, []string{"1/false", "2/false", "3/true"}, ds)
+}
