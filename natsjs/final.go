@@ -110,7 +110,7 @@ func (r *run) keepFinal(m *message, attempt uint64, cause error) {
 		m.seal() // left, as outside a work queue
 		return
 	}
-	r.send(m, "term", termBody(fmt.Sprintf("natsjs: failed for good; its dead letter could not be published: kept as %s/%d", ack.Stream, ack.Sequence)))
+	r.sendReplaced(m, termBody(fmt.Sprintf("natsjs: failed for good; its dead letter could not be published: kept as %s/%d", ack.Stream, ack.Sequence)))
 }
 
 // deadLetter publishes a copy of m, which failed for good on attempt with

@@ -164,6 +164,26 @@ func (r *run) send(m *message, op string, body []byte) {
 	}
 }
 
+// sendReplaced terminates m, whose copy its stream now stores, and waits,
+// for up to the settle timeout, for the server to confirm it: the run's
+// next pull may bring the copy, and the server must not count it held
+// beside m, or the run would hold one more than WithMaxInFlight allows.
+// During a stop it is send's confirmed Term; otherwise a Term the server
+// does not confirm is reported and not counted (the stop's
+// ErrNotConfirmed is about what the stop hands back).
+func (r *run) sendReplaced(m *message, body []byte) {
+	if r.stopping.Load() {
+		r.send(m, "term", body)
+		return
+	}
+	m.seal()
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.settleTimeout)
+	defer cancel()
+	if _, err := r.nc.RequestWithContext(ctx, m.delivery().Reply, body); err != nil {
+		r.report(m.messageError("term", err))
+	}
+}
+
 // failedNak returns the Nak of a message whose attempt failed, on the
 // server's delivery: at once if the backoff after attempt is not
 // positive, else after it.

@@ -133,7 +133,7 @@ func (r *run) copyLater(m *message, spent uint64, notBefore time.Time, idPrefix 
 	case err != nil:
 		return err
 	}
-	r.send(m, "term", termBody(fmt.Sprintf("natsjs: delayed until %s: re-published as %s/%d", notBefore.UTC().Format(time.RFC3339Nano), ack.Stream, ack.Sequence)))
+	r.sendReplaced(m, termBody(fmt.Sprintf("natsjs: delayed until %s: re-published as %s/%d", notBefore.UTC().Format(time.RFC3339Nano), ack.Stream, ack.Sequence)))
 	return nil
 }
 
