@@ -240,8 +240,11 @@ func (d *loop) listen() bool {
 			idleAt = d.waitingOnPool()
 		}
 	}
-	if d.closed && d.sched.Waiting() == 0 && d.h.Len() > 0 {
-		w |= handoff.WantRoom // finished once the workers have emptied the outbox
+	if d.closed && d.sched.Waiting() == 0 && d.s.onWay.empty() {
+		// Finished once the workers have emptied the outbox (see
+		// finished): Listen looks at it under the hand-off's lock, so an
+		// outbox emptied since finished looked is not missed.
+		w |= handoff.WantRoom
 		roomAt = max(roomAt, 0)
 	}
 	if bound := d.s.cfg.maxWaiting; bound > 0 && !d.room() {
