@@ -208,3 +208,36 @@ func submitWithAFreshKey(t *testing.T, submit func(string, func()) error, task f
 	require.NoError(t, submit(key, task))
 	return name
 }
+
+// TestStopWaitReturnsWhileWorkersEmptyTheOutbox: StopWait while the pool's
+// tasks sit in the outbox and workers that are never reaped take them:
+// nothing but the outbox's emptying can wake the loop, which waits for it
+// before it finishes. Every StopWait returns, within 5s, and every task
+// ran. A review found a lost wake-up: the last task left the outbox
+// between the loop's two looks at it, and StopWait hung (15 of 30 runs of
+// 3,000 rounds under -race).
+func TestStopWaitReturnsWhileWorkersEmptyTheOutbox(t *testing.T) {
+	for round := range rounds(8000) {
+		max := 1 + round%3
+		opt := workerpool.WithIdleTimeout(-1)
+		if round%2 == 0 {
+			opt = workerpool.WithMinWorkers(max)
+		}
+		p := workerpool.New(max, opt)
+		var ran atomic.Int64
+		n := max + 2 + round%7
+		for range n {
+			require.NoError(t, p.Submit(func() {
+				for range round % 50 {
+					runtime.Gosched()
+				}
+				ran.Add(1)
+			}))
+		}
+		done := make(chan struct{})
+		go func() { p.StopWait(); close(done) }()
+		require.True(t, waitOrTimeout(done, 5*time.Second),
+			"round %d: guarantees.md 3: StopWait of a pool of %d with %d tasks still waits after 5s; ran %d; %s", round, max, n, ran.Load(), fmtStatus(p.Status()))
+		require.Equal(t, int64(n), ran.Load(), "round %d: guarantees.md 2: StopWait runs every task", round)
+	}
+}

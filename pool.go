@@ -244,9 +244,9 @@ func (s *state) claimAbandoned() []func() {
 // against neither the maximum nor its task's sub-pool limit, so that
 // another worker runs the queue; its task's key stays busy. At most as
 // many places are lent at once as the maximum. Past that cap, StopWait and
-// Shutdown called by a worker return at once (Shutdown with nil, nil),
-// since the queue may need the place that worker cannot lend; Stop, which
-// drops the queue, still waits.
+// Shutdown called by a worker return at once (Shutdown with nil, nil, its
+// deadline still holding for the pool), since the queue may need the
+// place that worker cannot lend; Stop, which drops the queue, still waits.
 func (p *Pool) StopWait() {
 	s := p.s
 	inside, pastCap := s.stopper(true)
@@ -296,10 +296,13 @@ func (p *Pool) Shutdown(ctx context.Context) ([]func(), error) {
 	// Once ctx is done, the loop looks at the deadlines, however quiet it
 	// is: nothing else may wake it (a long task holds what waits).
 	unwatch := context.AfterFunc(ctx, func() { s.request(&request{kind: deadlineRequest}) })
-	defer unwatch()
 	if pastCap {
+		// Its deadline holds for the pool all the same: the watch stays,
+		// to wake the loop when it passes, as workers then take nothing
+		// from the outbox and only the loop can drop what it holds.
 		return nil, nil
 	}
+	defer unwatch()
 	s.waitStopped(inside)
 	if !s.dropped {
 		return nil, nil

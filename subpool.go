@@ -221,12 +221,23 @@ func (s *Subpool) stop(kind requestKind) []func() {
 	// Shutdown, which end once their calls return; and the caller's own,
 	// if it is one.
 	asking := uint64(0)
-	if lent.lentLane == l {
+	if lent.lentLane == l || st.ownTaskLane(lent.caller) == l {
 		asking = 1
 	}
 	waitLastEnded(l, asking)
 	l.stats.state.Store(int32(Stopped))
 	return r.tasks // written, if at all, before the pool stopped
+}
+
+// ownTaskLane returns the lane of the task that caller, one of the pool's
+// workers, runs (nil for the pool's own queue, or for a caller that is not
+// a worker): for a stop the loop did not answer, as the pool had stopped.
+// Only the worker's own goroutine may call it: it reads the worker's task.
+func (s *state) ownTaskLane(c caller) *lane {
+	if w := s.crew.find(c.id); w != nil && w.current != nil {
+		return s.laneOf(w.current)
+	}
+	return nil
 }
 
 // waitLastEnded waits, once the pool has stopped, until no task of lane l

@@ -1051,3 +1051,42 @@ func TestAWaiterASubpoolsStopDroppedGetsItsNamedError(t *testing.T) {
 		assert.NoError(t, p.SubmitWait(func() {}), "the pool goes on")
 	})
 }
+
+// TestASubpoolsTaskThatStoppedThePoolCanStopItsSubpool: a task of a
+// sub-pool stops the pool (Stop, StopWait or Shutdown, which return with
+// the task still running), then its own sub-pool (Stop or StopWait): the
+// sub-pool's stop does not wait for the task that calls it, as its doc
+// says, so it returns, and so does a StopWait from outside. A review found
+// it waiting for itself for ever once the pool had stopped.
+func TestASubpoolsTaskThatStoppedThePoolCanStopItsSubpool(t *testing.T) {
+	for _, first := range stopFromInside {
+		for _, then := range []string{"Stop", "StopWait"} {
+			t.Run(first.name+"/"+then, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					p := workerpool.New(1)
+					s := p.Subpool("S", 1)
+					returned := make(chan struct{})
+					require.NoError(t, s.Submit(func() {
+						_, err := first.stop(p)
+						assert.NoError(t, err)
+						if then == "Stop" {
+							s.Stop()
+						} else {
+							s.StopWait()
+						}
+						close(returned)
+					}))
+					select {
+					case <-returned:
+					case <-time.After(time.Hour):
+						t.Fatalf("guarantees.md 3 and Subpool.Stop's doc: an hour on, the sub-pool's %s still waits for the task that calls it: %v", then, s.Status())
+					}
+					p.StopWait()
+					synctest.Wait()
+					assert.Equal(t, workerpool.Stopped, s.Status().State)
+					assertBalanced(t, p.Status())
+				})
+			})
+		}
+	}
+}

@@ -921,3 +921,52 @@ func TestStopsFromEveryWorkerRunTheWholeQueueWithinTheCap(t *testing.T) {
 		}
 	}
 }
+
+// TestAPastCapShutdownsDeadlineStillDropsTheQueue: on a pool of 1, a task
+// calls StopWait, lending the only place (the cap); the worker started in
+// it runs a task that calls Shutdown with a 10ms deadline, which, past the
+// cap, returns at once. Its deadline holds for the pool all the same:
+// once it passes, no queued task starts, the loop drops them, and every
+// StopWait returns, the inner one and one from outside. A review found
+// the loop never woken when the deadline passed: the queue stayed in the
+// outbox, and both StopWaits hung.
+func TestAPastCapShutdownsDeadlineStillDropsTheQueue(t *testing.T) {
+	for _, idle := range []time.Duration{-1, 0} {
+		t.Run(fmt.Sprint("idle timeout ", idle), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := workerpool.New(1, workerpool.WithIdleTimeout(idle))
+				start, inner := make(chan struct{}), make(chan struct{})
+				var ran atomic.Int32
+				require.NoError(t, p.Submit(func() { <-start; p.StopWait(); close(inner) }))
+				require.NoError(t, p.Submit(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+					defer cancel()
+					dropped, err := p.Shutdown(ctx)
+					assert.NoError(t, err, "past the cap, Shutdown returns nil, nil at once")
+					assert.Nil(t, dropped)
+					time.Sleep(20 * time.Millisecond) // past its deadline
+				}))
+				for range 4 {
+					require.NoError(t, p.Submit(func() { ran.Add(1) }))
+				}
+				synctest.Wait()
+				close(start)
+				began := time.Now()
+				outside := make(chan struct{})
+				go func() { p.StopWait(); close(outside) }()
+				for _, c := range []chan struct{}{inner, outside} {
+					select {
+					case <-c:
+					case <-time.After(time.Minute):
+						t.Fatalf("guarantees.md 3: a minute on, a StopWait still waits: %v", p.Status())
+					}
+				}
+				assert.Less(t, time.Since(began), time.Second, "the deadline, not a reaped worker, ends the wait")
+				s := p.Status()
+				assert.Equal(t, uint64(4), uint64(ran.Load())+s.Abandoned, "guarantees.md 2: each queued task ran or was dropped")
+				assert.Positive(t, s.Abandoned, "the deadline passed while they were queued")
+				assertBalanced(t, s)
+			})
+		})
+	}
+}
