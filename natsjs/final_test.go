@@ -158,12 +158,7 @@ func TestAFinalFailureKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
 
 	// Run's publications to jobs.> (its copies) reach the server two
 	// AckWaits late; each try of a copy waits 5 s for its answer.
-	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
-	nc, err := nats.Connect(proxy.url())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	slowJS, err := jetstream.New(nc)
-	require.NoError(t, err)
+	proxy, slowJS := heldCopies(t, s, 2*time.Second)
 
 	var handled atomic.Int32
 	hook := &hookLog{}
@@ -183,7 +178,7 @@ func TestAFinalFailureKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
 		return err == nil && info.State.Msgs == 1 && info.State.FirstSeq == 2
 	}, "the message was not kept as a copy")
 	require.Positive(t, proxy.held.Load(), "no copy went through the proxy")
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
 	require.NoError(t, err)
 	eventually(t, func() bool { return streamMsgs(t, js, "DEAD") == 1 && streamEmpty(js, "JOBS") },
 		"the copy did not reach the dead-letter stream")

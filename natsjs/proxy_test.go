@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -130,6 +133,21 @@ type holdingProxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	wg    sync.WaitGroup
+}
+
+// heldCopies returns a proxy to s that holds for hold every publication to
+// jobs.>, the subject of the jobs and of the copies Run publishes of them,
+// and a JetStream context connected through it: a Run given it sees its
+// copies answered, and stored, hold late.
+func heldCopies(t testing.TB, s *server.Server, hold time.Duration) (*holdingProxy, jetstream.JetStream) {
+	t.Helper()
+	proxy := startHoldingProxy(t, s.Addr().String(), hold, publicationsTo("jobs."))
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return proxy, js
 }
 
 // startHoldingProxy starts a proxy to the server at address to that holds

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool/natsjs"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -255,12 +254,7 @@ func TestWhatAStopHandsBackKeepsItsProgressWhileItsCopyIsPublished(t *testing.T)
 	cons := workQueue(t, js, time.Second, 5)
 	publishJobs(t, js, 2)
 
-	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
-	nc, err := nats.Connect(proxy.url())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	slowJS, err := jetstream.New(nc)
-	require.NoError(t, err)
+	proxy, slowJS := heldCopies(t, s, 2*time.Second)
 
 	// The stopping process: job 0 runs until the stop cuts it (no grace
 	// period), job 1 waits behind it; each try of a copy waits 5 s for its
@@ -632,12 +626,7 @@ func stopWithSlowCopies(t *testing.T, hold, settle time.Duration, hook *hookLog)
 	_, js := connect(t, s)
 	cons := workQueue(t, js, 30*time.Second, 5)
 	publishJobs(t, js, 1)
-	proxy := startHoldingProxy(t, s.Addr().String(), hold, publicationsTo("jobs."))
-	nc, err := nats.Connect(proxy.url())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	slowJS, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, slowJS := heldCopies(t, s, hold)
 	started := make(chan struct{}, 2)
 	stop := consuming(t, newPool(t, 1), slowJS, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		started <- struct{}{}

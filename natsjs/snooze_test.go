@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dispatchkit/workerpool/natsjs"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,12 +88,7 @@ func TestASnoozedMessageKeepsItsProgressWhileItsCopyIsPublished(t *testing.T) {
 
 	// Run's publications to jobs.> (its copies) reach the server two
 	// AckWaits late; each try of a copy waits 5 s for its answer.
-	proxy := startHoldingProxy(t, s.Addr().String(), 2*time.Second, publicationsTo("jobs."))
-	nc, err := nats.Connect(proxy.url())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	slowJS, err := jetstream.New(nc)
-	require.NoError(t, err)
+	proxy, slowJS := heldCopies(t, s, 2*time.Second)
 
 	// A second worker keeps a pull open, into which the server could
 	// deliver the message again.
